@@ -1,0 +1,501 @@
+/* verify.c — the IR's invariants.
+ *
+ * Structure (for every op): operand/result/region counts from ops.def,
+ * operands defined before use and visible from the use, terminators last and
+ * only last. Then the op's own rule, verify_<rule> named in ops.def.
+ */
+#include "ir.h"
+
+#include <string.h>
+
+typedef struct Verifier {
+    Diag *diag;
+    const Source *text;
+    Arena arena;
+    Map visible;   /* Value* -> non-NULL while in scope */
+    int errors;
+} Verifier;
+
+static void op_error(Verifier *v, const Op *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void op_error(Verifier *v, const Op *op, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    v->errors++;
+    if (v->text && op->text_loc.line) {
+        diag_error(v->diag, v->text, op->text_loc, "'%s' op %s", op_info[op->kind].name, msg);
+    } else if (op->loc.file) {
+        Source s = {.name = op->loc.file};
+        if (v->text && v->text->name && strcmp(v->text->name, op->loc.file) == 0)
+            s = *v->text;
+        Loc l = {op->loc.line, op->loc.col, op->loc.line, op->loc.col};
+        diag_error(v->diag, &s, l, "'%s' op %s", op_info[op->kind].name, msg);
+    } else {
+        diag_plain(v->diag, "'%s' op %s", op_info[op->kind].name, msg);
+    }
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static const char *type_str(Verifier *v, const Type *t) {
+    StrBuf b;
+    strbuf_open(&b);
+    print_type(b.f, t);
+    return strbuf_finish(&b, &v->arena, NULL);
+}
+
+static bool is_tensor(const Type *t) { return t->kind == TY_TENSOR; }
+static bool is_valued(const Type *t) { return t->kind == TY_SCALAR || t->kind == TY_TENSOR || t->kind == TY_TILE; }
+
+/* numpy broadcasting: `from` fits into `to` when trailing dims agree or are 1. */
+static bool broadcasts_to(const Type *from, const Type *to) {
+    if (from->kind == TY_SCALAR)
+        return true;
+    if (from->kind != to->kind || from->rank > to->rank)
+        return false;
+    for (int i = 1; i <= from->rank; i++) {
+        Dim f = from->dims[from->rank - i], t = to->dims[to->rank - i];
+        if (!dim_equal(f, t) && !(f.sym == NULL && f.size == 1))
+            return false;
+    }
+    return true;
+}
+
+static const char *attr_string(const Op *op, const char *name) {
+    Attr *a = op_attr(op, name);
+    return a && a->kind == AT_STR ? a->s : NULL;
+}
+
+static bool need_attr(Verifier *v, const Op *op, const char *name, AttrKind kind, const char *what) {
+    Attr *a = op_attr(op, name);
+    if (!a || a->kind != kind) {
+        op_error(v, op, "needs attribute '%s' (%s)", name, what);
+        return false;
+    }
+    return true;
+}
+
+/* Elementwise ops: every operand broadcasts to the result's shape, and
+ * element types are checked by the caller. */
+static bool elementwise_shapes(Verifier *v, const Op *op) {
+    const Type *r = op->results[0]->type;
+    if (!is_valued(r)) {
+        op_error(v, op, "result must be a scalar, tensor or tile, not %s", type_str(v, r));
+        return false;
+    }
+    for (int i = 0; i < op->noperands; i++) {
+        const Type *t = op->operands[i]->type;
+        if (!broadcasts_to(t, r)) {
+            op_error(v, op, "operand %d of type %s does not broadcast to the result type %s", i,
+                     type_str(v, t), type_str(v, r));
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool same_elem_as_result(Verifier *v, const Op *op, int first_operand) {
+    ScalarKind e = op->results[0]->type->elem;
+    for (int i = first_operand; i < op->noperands; i++)
+        if (op->operands[i]->type->elem != e) {
+            op_error(v, op, "operand %d has element type %s, the result %s", i,
+                     scalar_name(op->operands[i]->type->elem), scalar_name(e));
+            return false;
+        }
+    return true;
+}
+
+/* The one block of a hook region, with its argument types and its yield. */
+static void verify_hook(Verifier *v, const Op *op, int nscore_args, ScalarKind yield_type) {
+    const Region *r = &op->regions[0];
+    if (r->nblocks != 1) {
+        op_error(v, op, "hook region must have exactly one block");
+        return;
+    }
+    const Block *b = r->blocks[0];
+    int want = nscore_args + 4;
+    if (b->nargs != want) {
+        op_error(v, op, "hook block needs %d arguments (%s), has %d", want,
+                 nscore_args ? "s: f32, b, h, i, j: index" : "b, h, i, j: index", b->nargs);
+        return;
+    }
+    for (int i = 0; i < b->nargs; i++) {
+        ScalarKind k = i < nscore_args ? SK_F32 : SK_INDEX;
+        if (b->args[i]->type->kind != TY_SCALAR || b->args[i]->type->elem != k) {
+            op_error(v, op, "hook argument %d must be %s", i, scalar_name(k));
+            return;
+        }
+    }
+    const Op *y = b->last;
+    if (y && y->kind == OP_YIELD && y->noperands == 1) {
+        const Type *t = y->operands[0]->type;
+        if (t->kind != TY_SCALAR || t->elem != yield_type)
+            op_error(v, op, "hook must yield %s, yields %s", scalar_name(yield_type), type_str(v, t));
+    }
+    const Type *in = op->operands[0]->type, *out = op->results[0]->type;
+    if (!is_tensor(in) || in->rank != 4 || !scalar_is_float(in->elem))
+        op_error(v, op, "operand must be a rank-4 float tensor of scores, not %s", type_str(v, in));
+    else if (!type_equal(in, out))
+        op_error(v, op, "result type %s differs from the operand type %s", type_str(v, out),
+                 type_str(v, in));
+}
+
+/* ---- per-op rules ------------------------------------------------------ */
+
+static void verify_module(Verifier *v, Op *op) {
+    Block *b = op_body(op);
+    if (op->regions[0].nblocks != 1 || (b && b->nargs)) {
+        op_error(v, op, "body must be one block without arguments");
+        return;
+    }
+    Map names;
+    map_init(&names, true);
+    for_each_op(f, b) {
+        if (f->kind != OP_FUNC) {
+            op_error(v, f, "only builtin.func may appear in a module");
+            continue;
+        }
+        const char *name = attr_string(f, "sym_name");
+        if (name && map_get(&names, name))
+            op_error(v, f, "redefinition of function '%s'", name);
+        else if (name)
+            map_put(&v->arena, &names, name, (void *)1);
+    }
+}
+
+static void verify_func(Verifier *v, Op *op) {
+    if (!need_attr(v, op, "sym_name", AT_STR, "a string") ||
+        !need_attr(v, op, "kind", AT_STR, "\"attention\" or \"mlp\"") ||
+        !need_attr(v, op, "inputs", AT_ARRAY, "input names") ||
+        !need_attr(v, op, "outputs", AT_ARRAY, "output names"))
+        return;
+    const char *kind = attr_string(op, "kind");
+    if (strcmp(kind, "attention") != 0 && strcmp(kind, "mlp") != 0)
+        op_error(v, op, "kind must be \"attention\" or \"mlp\", not \"%s\"", kind);
+    Block *b = op_body(op);
+    if (op->regions[0].nblocks != 1 || !b) {
+        op_error(v, op, "body must be exactly one block");
+        return;
+    }
+    Attr *inputs = op_attr(op, "inputs"), *outputs = op_attr(op, "outputs");
+    if (inputs->n != b->nargs)
+        op_error(v, op, "names %d inputs but the body has %d arguments", inputs->n, b->nargs);
+    for (int i = 0; i < inputs->n; i++)
+        if (inputs->elems[i]->kind != AT_STR)
+            op_error(v, op, "input names must be strings");
+    for (int i = 0; i < b->nargs; i++)
+        if (!is_tensor(b->args[i]->type))
+            op_error(v, op, "input %d must be a tensor, not %s", i, type_str(v, b->args[i]->type));
+    Op *ret = b->last;
+    if (!ret || ret->kind != OP_RETURN)
+        op_error(v, op, "body must end with builtin.return");
+    else if (ret->noperands != outputs->n)
+        op_error(v, op, "names %d outputs but returns %d values", outputs->n, ret->noperands);
+}
+
+static void verify_return_(Verifier *v, Op *op) {
+    Op *parent = op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
+    if (!parent || parent->kind != OP_FUNC)
+        op_error(v, op, "must be the terminator of a builtin.func");
+}
+
+static void verify_yield(Verifier *v, Op *op) {
+    Op *parent = op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
+    if (!parent || (parent->kind != OP_SCORE_MOD && parent->kind != OP_MASK))
+        op_error(v, op, "must be the terminator of an attn.score_mod or attn.mask hook");
+}
+
+static void verify_matmul(Verifier *v, Op *op) {
+    const Type *a = op->operands[0]->type, *b = op->operands[1]->type, *r = op->results[0]->type;
+    if (!is_tensor(a) || !is_tensor(b) || !is_tensor(r) || a->rank < 2 || b->rank < 2) {
+        op_error(v, op, "operands and result must be tensors of rank 2 or more");
+        return;
+    }
+    if (a->elem != b->elem || !scalar_is_float(a->elem)) {
+        op_error(v, op, "operands must share a float element type, not %s and %s",
+                 scalar_name(a->elem), scalar_name(b->elem));
+        return;
+    }
+    Attr *acc = op_attr(op, "acc");
+    if (!acc || acc->kind != AT_TYPE || acc->type->kind != TY_SCALAR ||
+        (acc->type->elem != SK_F32 && acc->type->elem != SK_F16)) {
+        op_error(v, op, "needs attribute 'acc' (f32 or f16, the accumulator type)");
+        return;
+    }
+    if (!dim_equal(a->dims[a->rank - 1], b->dims[b->rank - 2])) {
+        op_error(v, op, "contracting dimensions differ: %s and %s", type_str(v, a), type_str(v, b));
+        return;
+    }
+    int rank = a->rank > b->rank ? a->rank : b->rank;
+    if (r->rank != rank || !dim_equal(r->dims[rank - 2], a->dims[a->rank - 2]) ||
+        !dim_equal(r->dims[rank - 1], b->dims[b->rank - 1])) {
+        op_error(v, op, "result type %s does not match the operands' shapes", type_str(v, r));
+        return;
+    }
+    /* batch dims: both operands' leading dims broadcast to the result's */
+    Type ra = *r, rb = *r;
+    ra.rank = rank - 2;
+    rb.rank = rank - 2;
+    Type ba = *a, bb = *b;
+    ba.rank = a->rank - 2;
+    bb.rank = b->rank - 2;
+    if (!broadcasts_to(&ba, &ra) || !broadcasts_to(&bb, &rb))
+        op_error(v, op, "batch dimensions of the operands do not broadcast to the result's");
+}
+
+static void verify_transpose(Verifier *v, Op *op) {
+    const Type *in = op->operands[0]->type, *r = op->results[0]->type;
+    Attr *perm = op_attr(op, "perm");
+    if (!is_tensor(in) || !is_tensor(r) || in->rank != r->rank || in->elem != r->elem) {
+        op_error(v, op, "operand and result must be tensors of one rank and element type");
+        return;
+    }
+    if (!perm || perm->kind != AT_ARRAY || perm->n != in->rank) {
+        op_error(v, op, "needs attribute 'perm', a permutation of %d dimensions", in->rank);
+        return;
+    }
+    unsigned seen = 0;
+    for (int i = 0; i < perm->n; i++) {
+        Attr *e = perm->elems[i];
+        if (e->kind != AT_INT || e->i < 0 || e->i >= in->rank || in->rank > 32 || (seen >> e->i) & 1) {
+            op_error(v, op, "'perm' is not a permutation of 0..%d", in->rank - 1);
+            return;
+        }
+        seen |= 1u << e->i;
+        if (!dim_equal(r->dims[i], in->dims[e->i])) {
+            op_error(v, op, "result dimension %d should be operand dimension %lld", i, (long long)e->i);
+            return;
+        }
+    }
+}
+
+static void verify_expand_heads(Verifier *v, Op *op) {
+    const Type *in = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tensor(in) || !is_tensor(r) || in->rank != 4 || r->rank != 4 || in->elem != r->elem) {
+        op_error(v, op, "operand and result must be rank-4 tensors of one element type");
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (i != 1 && !dim_equal(in->dims[i], r->dims[i])) {
+            op_error(v, op, "only the head dimension (1) may change");
+            return;
+        }
+    Dim hi = in->dims[1], ho = r->dims[1];
+    if (!hi.sym && !ho.sym && ho.size % hi.size != 0)
+        op_error(v, op, "%lld heads are not a multiple of %lld", (long long)ho.size, (long long)hi.size);
+}
+
+static void verify_score_mod(Verifier *v, Op *op) { verify_hook(v, op, 1, SK_F32); }
+static void verify_mask(Verifier *v, Op *op) { verify_hook(v, op, 0, SK_I1); }
+
+static void verify_same_type(Verifier *v, Op *op) {
+    const Type *in = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tensor(in) || in->rank < 1 || !scalar_is_float(in->elem) || !type_equal(in, r))
+        op_error(v, op, "operand and result must be one float tensor type");
+}
+
+static void verify_reduce(Verifier *v, Op *op) {
+    const Type *in = op->operands[0]->type, *r = op->results[0]->type;
+    const char *kind = attr_string(op, "kind");
+    static const char *const kinds[] = {"sum", "mean", "max", "logsumexp"};
+    bool known = false;
+    for (int i = 0; kind && i < 4; i++)
+        known |= strcmp(kind, kinds[i]) == 0;
+    if (!known) {
+        op_error(v, op, "needs attribute 'kind' (\"sum\", \"mean\", \"max\" or \"logsumexp\")");
+        return;
+    }
+    if (!is_tensor(in) || in->rank < 1 || !is_tensor(r) || !scalar_is_float(in->elem) ||
+        r->elem != in->elem) {
+        op_error(v, op, "operand and result must be float tensors of one element type");
+        return;
+    }
+    /* Reduces the last axis: the result keeps it as 1, or drops it. */
+    bool keep = r->rank == in->rank, drop = r->rank == in->rank - 1;
+    for (int i = 0; i < in->rank - 1 && (keep || drop); i++)
+        if (!dim_equal(in->dims[i], r->dims[i]))
+            keep = drop = false;
+    if (keep && (r->dims[in->rank - 1].sym || r->dims[in->rank - 1].size != 1))
+        keep = false;
+    if (!keep && !drop)
+        op_error(v, op, "result %s must be the operand %s with its last dimension dropped or 1",
+                 type_str(v, r), type_str(v, in));
+}
+
+static void verify_extract(Verifier *v, Op *op) {
+    const Type *t = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tensor(t) || t->rank != op->noperands - 1) {
+        op_error(v, op, "needs a tensor and one index per dimension");
+        return;
+    }
+    for (int i = 1; i < op->noperands; i++)
+        if (op->operands[i]->type->kind != TY_SCALAR || op->operands[i]->type->elem != SK_INDEX) {
+            op_error(v, op, "index %d must be of type index", i - 1);
+            return;
+        }
+    if (r->kind != TY_SCALAR || r->elem != t->elem)
+        op_error(v, op, "result must be the tensor's element type %s", scalar_name(t->elem));
+}
+
+static void verify_dim(Verifier *v, Op *op) {
+    if (need_attr(v, op, "name", AT_STR, "the dimension's name") &&
+        (op->results[0]->type->kind != TY_SCALAR || op->results[0]->type->elem != SK_INDEX))
+        op_error(v, op, "result must be index");
+}
+
+static void verify_constant(Verifier *v, Op *op) {
+    Attr *val = op_attr(op, "value");
+    const Type *r = op->results[0]->type;
+    if (!val || r->kind != TY_SCALAR) {
+        op_error(v, op, "needs attribute 'value' and a scalar result");
+        return;
+    }
+    bool ok = scalar_is_float(r->elem) ? val->kind == AT_FLOAT
+            : r->elem == SK_I1         ? val->kind == AT_BOOL
+                                       : val->kind == AT_INT;
+    if (!ok)
+        op_error(v, op, "value does not fit the result type %s", scalar_name(r->elem));
+}
+
+static void verify_numeric(Verifier *v, Op *op) {
+    ScalarKind e = op->results[0]->type->elem;
+    if (!scalar_is_float(e) && !scalar_is_int(e))
+        op_error(v, op, "needs numbers, not %s", scalar_name(e));
+    else if (elementwise_shapes(v, op))
+        same_elem_as_result(v, op, 0);
+}
+
+static void verify_integer(Verifier *v, Op *op) {
+    if (!scalar_is_int(op->results[0]->type->elem))
+        op_error(v, op, "needs integers, not %s", scalar_name(op->results[0]->type->elem));
+    else if (elementwise_shapes(v, op))
+        same_elem_as_result(v, op, 0);
+}
+
+static void verify_floating(Verifier *v, Op *op) {
+    if (!scalar_is_float(op->results[0]->type->elem))
+        op_error(v, op, "needs floats, not %s", scalar_name(op->results[0]->type->elem));
+    else if (elementwise_shapes(v, op))
+        same_elem_as_result(v, op, 0);
+}
+
+static void verify_boolean(Verifier *v, Op *op) {
+    if (op->results[0]->type->elem != SK_I1)
+        op_error(v, op, "needs i1, not %s", scalar_name(op->results[0]->type->elem));
+    else if (elementwise_shapes(v, op))
+        same_elem_as_result(v, op, 0);
+}
+
+static void verify_cmp(Verifier *v, Op *op) {
+    const char *pred = attr_string(op, "pred");
+    static const char *const preds[] = {"lt", "le", "gt", "ge", "eq", "ne"};
+    bool known = false;
+    for (int i = 0; pred && i < 6; i++)
+        known |= strcmp(pred, preds[i]) == 0;
+    if (!known)
+        op_error(v, op, "needs attribute 'pred' (\"lt\", \"le\", \"gt\", \"ge\", \"eq\" or \"ne\")");
+    else if (op->results[0]->type->elem != SK_I1)
+        op_error(v, op, "result must be i1");
+    else if (op->operands[0]->type->elem != op->operands[1]->type->elem)
+        op_error(v, op, "compares %s with %s", scalar_name(op->operands[0]->type->elem),
+                 scalar_name(op->operands[1]->type->elem));
+    else
+        elementwise_shapes(v, op);
+}
+
+static void verify_select(Verifier *v, Op *op) {
+    if (op->operands[0]->type->elem != SK_I1)
+        op_error(v, op, "condition must be i1");
+    else if (elementwise_shapes(v, op))
+        same_elem_as_result(v, op, 1);
+}
+
+static void verify_cast(Verifier *v, Op *op) {
+    if (op->results[0]->type->kind != op->operands[0]->type->kind)
+        op_error(v, op, "casts element types only; %s and %s differ in kind",
+                 type_str(v, op->operands[0]->type), type_str(v, op->results[0]->type));
+    else
+        elementwise_shapes(v, op);
+}
+
+typedef void (*VerifyFn)(Verifier *, Op *);
+static const VerifyFn verify_fns[OP__COUNT] = {
+#define OP(id, name, mino, maxo, nres, nreg, verify, flags) verify_##verify,
+#include "ops.def"
+#undef OP
+};
+
+/* ---- structure --------------------------------------------------------- */
+
+static void verify_op(Verifier *v, Op *op);
+
+static void verify_block(Verifier *v, Block *b, PtrVec *scope) {
+    for (int i = 0; i < b->nargs; i++) {
+        map_put(&v->arena, &v->visible, b->args[i], (void *)1);
+        vec_push(&v->arena, scope, b->args[i]);
+    }
+    for_each_op(op, b) {
+        if (op->parent != b)
+            die("op's parent link is broken");
+        verify_op(v, op);
+        if ((op_info[op->kind].flags & OPF_TERMINATOR) && op->next)
+            op_error(v, op, "must be the last op of its block");
+        for (int i = 0; i < op->nresults; i++) {
+            map_put(&v->arena, &v->visible, op->results[i], (void *)1);
+            vec_push(&v->arena, scope, op->results[i]);
+        }
+    }
+}
+
+static void verify_op(Verifier *v, Op *op) {
+    const OpInfo *info = &op_info[op->kind];
+    int before = v->errors;
+    if (op->noperands < info->min_operands ||
+        (info->max_operands >= 0 && op->noperands > info->max_operands))
+    {
+        if (info->max_operands < 0)
+            op_error(v, op, "takes at least %d operands, has %d", info->min_operands, op->noperands);
+        else if (info->max_operands == info->min_operands)
+            op_error(v, op, "takes %d operands, has %d", info->min_operands, op->noperands);
+        else
+            op_error(v, op, "takes %d to %d operands, has %d", info->min_operands,
+                     info->max_operands, op->noperands);
+    }
+    if (info->results >= 0 && op->nresults != info->results)
+        op_error(v, op, "has %d results, needs %d", op->nresults, info->results);
+    if (op->nregions != info->regions)
+        op_error(v, op, "has %d regions, needs %d", op->nregions, info->regions);
+    for (int i = 0; i < op->noperands; i++)
+        if (!map_get(&v->visible, op->operands[i]))
+            op_error(v, op, "operand %d is used where its definition is not visible", i);
+    /* Regions: names defined inside are visible only inside; an isolated op
+     * sees nothing from outside. */
+    Map saved = v->visible;
+    if (info->flags & OPF_ISOLATED)
+        map_init(&v->visible, false);
+    for (int r = 0; r < op->nregions; r++) {
+        PtrVec scope = {0};
+        for (int b = 0; b < op->regions[r].nblocks; b++) {
+            Block *blk = op->regions[r].blocks[b];
+            verify_block(v, blk, &scope);
+            if (op->kind != OP_MODULE && (!blk->last || !(op_info[blk->last->kind].flags & OPF_TERMINATOR)))
+                op_error(v, op, "region %d block %d does not end with a terminator", r, b);
+        }
+        for (int i = 0; i < scope.len; i++)
+            map_put(&v->arena, &v->visible, scope.items[i], NULL);
+    }
+    if (info->flags & OPF_ISOLATED)
+        v->visible = saved;
+    if (v->errors == before)  /* op rules may assume the structure is right */
+        verify_fns[op->kind](v, op);
+}
+
+int ir_verify(Op *root, Diag *d, const Source *text) {
+    Verifier v = {.diag = d, .text = text};
+    map_init(&v.visible, false);
+    verify_op(&v, root);
+    arena_free(&v.arena);
+    return v.errors;
+}

@@ -1,0 +1,71 @@
+/* dce.c — dead-code elimination.
+ *
+ *   %0 = arith.constant {value = 2.0} : f32      // never used
+ *   %1 = arith.cast(%x) : tensor<f32[N]>          // used only by %2, unused
+ *   %2 = math.exp(%1) : tensor<f32[N]>
+ *   builtin.return(%y)
+ * becomes
+ *   builtin.return(%y)
+ *
+ * Requires: verified IR. Guarantees: every removed op was OPF_PURE and had
+ * no remaining use; ops with regions are kept unless they are pure too.
+ */
+#include "passes/passes.h"
+
+static void count_uses(Op *op, Map *uses, Arena *a) {
+    for (int i = 0; i < op->noperands; i++) {
+        intptr_t n = (intptr_t)map_get(uses, op->operands[i]);
+        map_put(a, uses, op->operands[i], (void *)(n + 1));
+    }
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for_each_op(inner, op->regions[r].blocks[b]) count_uses(inner, uses, a);
+}
+
+static void release_uses(Op *op, Map *uses, Arena *a) {
+    for (int i = 0; i < op->noperands; i++) {
+        intptr_t n = (intptr_t)map_get(uses, op->operands[i]);
+        map_put(a, uses, op->operands[i], (void *)(n - 1));
+    }
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for_each_op(inner, op->regions[r].blocks[b]) release_uses(inner, uses, a);
+}
+
+static void unlink_op(Op *op) {
+    Block *b = op->parent;
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        b->first = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        b->last = op->prev;
+}
+
+/* Walks each block backwards so a chain of dead ops goes in one sweep. */
+static void sweep(Op *op, Map *uses, Arena *a) {
+    for (int r = 0; r < op->nregions; r++)
+        for (int bi = 0; bi < op->regions[r].nblocks; bi++)
+            for (Op *x = op->regions[r].blocks[bi]->last, *prev; x; x = prev) {
+                prev = x->prev;
+                bool dead = (op_info[x->kind].flags & OPF_PURE) && x->nresults > 0;
+                for (int i = 0; dead && i < x->nresults; i++)
+                    dead = map_get(uses, x->results[i]) == NULL || (intptr_t)map_get(uses, x->results[i]) == 0;
+                if (dead) {
+                    release_uses(x, uses, a);
+                    unlink_op(x);
+                } else {
+                    sweep(x, uses, a);
+                }
+            }
+}
+
+bool pass_dce(Op *module, PassContext *ctx) {
+    Map uses;
+    map_init(&uses, false);
+    count_uses(module, &uses, ctx->arena);
+    sweep(module, &uses, ctx->arena);
+    return true;
+}

@@ -1,0 +1,43 @@
+/* passes.h — the pass registry and the pass manager.
+ *
+ * A pass is a plain function over a module (QBE's style). Each lives in its
+ * own file, opens with a before/after sketch, and is registered in
+ * registry.c under the name attnc-opt's -passes= uses.
+ *
+ *   registry.c   the table of passes; the pass manager (verify, print, time)
+ *   dce.c        dead-code elimination of pure ops
+ */
+#ifndef ATTNC_PASSES_H
+#define ATTNC_PASSES_H
+
+#include "ir/ir.h"
+
+typedef struct PassContext {
+    Arena *arena;
+    Diag *diag;
+} PassContext;
+
+typedef struct Pass {
+    const char *name;
+    const char *summary;
+    bool (*run)(Op *module, PassContext *ctx);   /* false: failed, with a diagnostic */
+} Pass;
+
+const Pass *pass_lookup(const char *name);
+void pass_list_print(FILE *f);
+
+typedef struct PassOptions {
+    bool print_after_all;   /* dump the IR after each pass to `dump` */
+    bool verify_each;       /* run the verifier after each pass */
+    bool time_passes;       /* report each pass's time to `dump` */
+    FILE *dump;
+    PrintOptions print;
+} PassOptions;
+
+/* Runs the passes in order; false on the first failure. */
+bool run_passes(Op *module, const Pass *const *list, int n, PassContext *ctx, PassOptions opts);
+
+/* the passes */
+bool pass_dce(Op *module, PassContext *ctx);
+
+#endif

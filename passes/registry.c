@@ -1,0 +1,52 @@
+/* registry.c — every pass by name, and the pass manager that runs a list. */
+#include "passes/passes.h"
+
+#include <string.h>
+#include <time.h>
+
+static const Pass registry[] = {
+    {"dce", "remove pure ops whose results are never used", pass_dce},
+};
+
+const Pass *pass_lookup(const char *name) {
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+        if (strcmp(registry[i].name, name) == 0)
+            return &registry[i];
+    return NULL;
+}
+
+void pass_list_print(FILE *f) {
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+        fprintf(f, "  %-20s %s\n", registry[i].name, registry[i].summary);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+bool run_passes(Op *module, const Pass *const *list, int n, PassContext *ctx, PassOptions opts) {
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        double start = now();
+        bool ok = list[i]->run(module, ctx);
+        double spent = now() - start;
+        total += spent;
+        if (opts.time_passes)
+            fprintf(opts.dump, "// time: %-20s %8.3f ms\n", list[i]->name, spent * 1e3);
+        if (!ok)
+            return false;
+        if (opts.print_after_all) {
+            fprintf(opts.dump, "// -----// IR Dump After %s //----- //\n", list[i]->name);
+            ir_print(opts.dump, module, opts.print);
+        }
+        if (opts.verify_each && ir_verify(module, ctx->diag, NULL)) {
+            diag_plain(ctx->diag, "the IR is invalid after pass '%s'", list[i]->name);
+            return false;
+        }
+    }
+    if (opts.time_passes)
+        fprintf(opts.dump, "// time: %-20s %8.3f ms\n", "total", total * 1e3);
+    return true;
+}

@@ -1,0 +1,24 @@
+# lit configuration for attnc's tests. Substitutions:
+#   %attnc, %attnc-opt   the tools under test (from the build tree)
+#   FileCheck, not       from LLVM 19
+#   %examples            the examples/ folder
+import os
+import lit.formats
+
+config.name = "attnc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".attn", ".ir", ".test"]
+config.excludes = ["Inputs", "fuzz", "lit.cfg.py"]
+config.test_source_root = os.path.join(config.attnc_src_root, "test")
+config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
+
+config.substitutions.append(("%attnc-opt", os.path.join(config.attnc_obj_root, "attnc-opt")))
+config.substitutions.append(("%attnc", os.path.join(config.attnc_obj_root, "attnc")))
+config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "examples")))
+config.substitutions.append(("FileCheck", config.filecheck))
+config.substitutions.append(("not ", config.not_tool + " "))
+
+# ASan's leak checker needs ptrace, which some sandboxes forbid; leaks are
+# still checked wherever it works.
+config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "detect_leaks=1")
+config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"

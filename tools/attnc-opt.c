@@ -1,0 +1,157 @@
+/* attnc-opt — runs any list of passes over IR text (or over a .attn file,
+ * which it first lowers to attn IR), in the manner of mlir-opt.
+ *
+ *   attnc-opt FILE [-passes=a,b,c] [-print-after-all] [-verify-each] [-o OUT]
+ */
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "tools/tool.h"
+
+#include <string.h>
+
+static const char usage[] =
+    "usage: attnc-opt FILE [options]\n"
+    "\n"
+    "Reads IR text (or an .attn file), verifies it, runs passes, prints the result.\n"
+    "\n"
+    "options:\n"
+    "  -passes=a,b,c       run these passes in order (see -list-passes)\n"
+    "  -print-after-all    print the IR after every pass (to standard error)\n"
+    "  -verify-each        verify the IR after every pass\n"
+    "  -time-passes        report each pass's time (to standard error)\n"
+    "  -verify-roundtrip   check that print -> parse -> print is exact\n"
+    "  -print-loc          print each op's source location\n"
+    "  -split-input-file   process each '// -----'-separated chunk on its own\n"
+    "  -list-passes        list the registered passes\n"
+    "  -o FILE             write the output to FILE (default: standard output)\n"
+    "  --help, --version\n";
+
+typedef struct Options {
+    const char *input, *output;
+    const Pass *passes[64];
+    int npasses;
+    PassOptions pass_opts;
+    bool roundtrip, split;
+} Options;
+
+static bool add_passes(Options *o, const char *list, Diag *d) {
+    char buf[1024];
+    if (strlen(list) >= sizeof buf) {
+        diag_plain(d, "-passes list is too long");
+        return false;
+    }
+    strcpy(buf, list);
+    for (char *save = NULL, *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        const Pass *p = pass_lookup(name);
+        if (!p) {
+            diag_plain(d, "unknown pass '%s'; see 'attnc-opt -list-passes'", name);
+            return false;
+        }
+        if (o->npasses == 64) {
+            diag_plain(d, "too many passes (at most 64)");
+            return false;
+        }
+        o->passes[o->npasses++] = p;
+    }
+    return true;
+}
+
+static int parse_args(int argc, char **argv, Options *o, Diag *d) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage, stdout);
+            return -1;
+        } else if (strcmp(arg, "--version") == 0 || strcmp(arg, "-version") == 0) {
+            printf("attnc-opt %s\n", ATTNC_VERSION);
+            return -1;
+        } else if (strcmp(arg, "-list-passes") == 0) {
+            pass_list_print(stdout);
+            return -1;
+        } else if ((val = tool_flag_value(arg, "-passes"))) {
+            if (!add_passes(o, val, d))
+                return 1;
+        } else if (strcmp(arg, "-print-after-all") == 0) {
+            o->pass_opts.print_after_all = true;
+        } else if (strcmp(arg, "-verify-each") == 0) {
+            o->pass_opts.verify_each = true;
+        } else if (strcmp(arg, "-time-passes") == 0) {
+            o->pass_opts.time_passes = true;
+        } else if (strcmp(arg, "-verify-roundtrip") == 0) {
+            o->roundtrip = true;
+        } else if (strcmp(arg, "-print-loc") == 0) {
+            o->pass_opts.print.locations = true;
+        } else if (strcmp(arg, "-split-input-file") == 0) {
+            o->split = true;
+        } else if (strcmp(arg, "-o") == 0) {
+            if (++i == argc) {
+                diag_plain(d, "'-o' needs a file name");
+                return 1;
+            }
+            o->output = argv[i];
+        } else if (arg[0] == '-' && arg[1] != 0) {
+            diag_plain(d, "unknown argument '%s'; see 'attnc-opt --help'", arg);
+            return 1;
+        } else if (o->input) {
+            diag_plain(d, "more than one input file ('%s' and '%s')", o->input, arg);
+            return 1;
+        } else {
+            o->input = arg;
+        }
+    }
+    if (!o->input) {
+        diag_plain(d, "no input file; see 'attnc-opt --help'");
+        return 1;
+    }
+    return 0;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static bool process(Arena *a, Diag *d, const Source *src, const Options *o, FILE *out) {
+    Op *module = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, NULL) : ir_parse(a, d, src);
+    if (!module || ir_verify(module, d, src))
+        return false;
+    PassContext ctx = {a, d};
+    if (!run_passes(module, o->passes, o->npasses, &ctx, o->pass_opts))
+        return false;
+    if (o->roundtrip && !ir_roundtrip_check(a, module, o->pass_opts.print, d))
+        return false;
+    ir_print(out, module, o->pass_opts.print);
+    return true;
+}
+
+int main(int argc, char **argv) {
+    Diag d;
+    diag_init(&d, stderr);
+    Options o = {0};
+    o.pass_opts.dump = stderr;
+    int status = parse_args(argc, argv, &o, &d);
+    if (status)
+        return status < 0 ? 0 : status;
+    Arena arena = {0};
+    Source whole;
+    if (!tool_read_input(&arena, &d, o.input, &whole)) {
+        arena_free(&arena);
+        return 1;
+    }
+    Source *chunks;
+    int n = tool_split(&arena, &whole, o.split, &chunks);
+    StrBuf out;
+    strbuf_open(&out);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputs("// -----\n", out.f);
+        ok &= process(&arena, &d, &chunks[i], &o, out.f);
+    }
+    size_t len;
+    char *text = strbuf_finish(&out, &arena, &len);
+    if ((ok || o.split) && !tool_write_output(&d, o.output, text, len))
+        ok = false;
+    arena_free(&arena);
+    return ok ? 0 : 1;
+}
