@@ -48,7 +48,7 @@ static void dump_param(FILE *f, const char *role, const Param *p, int depth) {
 }
 
 static void dump_stmt(FILE *f, const Stmt *st, int depth) {
-    static const char *const kinds[] = {"Acc", "Scale", "Mask", "Score", "Assign"};
+    static const char *const kinds[] = {"Acc", "Scale", "Mask", "Score", "Assign", "Error"};
     pad(f, depth);
     fputs(kinds[st->kind], f);
     if (st->kind == S_ACC || st->kind == S_ASSIGN)

@@ -53,7 +53,7 @@ typedef struct Param {
     TypeSpec type;
 } Param;
 
-typedef enum StmtKind { S_ACC, S_SCALE, S_MASK, S_SCORE, S_ASSIGN } StmtKind;
+typedef enum StmtKind { S_ACC, S_SCALE, S_MASK, S_SCORE, S_ASSIGN, S_ERROR } StmtKind;
 
 typedef struct Stmt {
     StmtKind kind;

@@ -9,6 +9,7 @@ typedef struct ParseCtx {
     Diag *diag;
     const Source *src;
     int line, col;
+    Loc last;          /* the last token read: where end of file is reported */
     PtrVec items;
 } ParseCtx;
 

@@ -247,7 +247,12 @@ stmt:
         $$ = NEW(ctx->arena, Stmt);
         $$->kind = S_ASSIGN; $$->loc = @$; $$->name = $1; $$->name_loc = @1; $$->value = $3;
     }
-  | error ';'           { $$ = NULL; }
+  | error ';' {
+        /* Kept so that sema knows the block is incomplete and stays quiet
+         * about what the lost statement may have defined or used. */
+        $$ = NEW(ctx->arena, Stmt);
+        $$->kind = S_ERROR; $$->loc = @$;
+    }
   ;
 
 idents:
@@ -363,37 +368,43 @@ static const char *token_text(ParseCtx *ctx, Loc loc) {
 }
 
 static const char *symbol_text(yysymbol_kind_t sym) {
-    const char *name = yysymbol_name(sym);
-    if (sym == YYSYMBOL_YYEOF)
-        return "end of file";
-    if (name[0] == '"')  /* "'->'" and "identifier": drop bison's quotes */
-        return name + 1;
-    return name;
+    return sym == YYSYMBOL_YYEOF ? "end of file" : yysymbol_name(sym);
 }
 
+/* Whether the parser would have taken the token bison names `name`. */
+static bool expects(const yysymbol_kind_t *list, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(yysymbol_name(list[i]), name) == 0)
+            return true;
+    return false;
+}
+
+/* "expected X, saw Y": the expected tokens when there are a few; otherwise
+ * the one that most likely went missing (';', '}', an expression). */
 static int yyreport_syntax_error(const yypcontext_t *pc, void *scanner, ParseCtx *ctx) {
     (void)scanner;
-    enum { MAX_EXPECTED = 5 };
+    enum { MAX_LISTED = 4, MAX_EXPECTED = 128 };
     yysymbol_kind_t expected[MAX_EXPECTED];
     int n = yypcontext_expected_tokens(pc, expected, MAX_EXPECTED);
-    yysymbol_kind_t saw = yypcontext_token(pc);
+    yysymbol_kind_t saw_sym = yypcontext_token(pc);
     Loc loc = *yypcontext_location(pc);
+    const char *saw = saw_sym == YYSYMBOL_YYEOF ? "end of file" : token_text(ctx, loc);
     StrBuf b;
     strbuf_open(&b);
-    if (n > 0) {
+    if (n > 0 && n <= MAX_LISTED) {
         fputs("expected ", b.f);
-        for (int i = 0; i < n; i++) {
-            const char *s = symbol_text(expected[i]);
-            int len = (int)strlen(s);
-            if (expected[i] != YYSYMBOL_YYEOF && s != yysymbol_name(expected[i]) && s[len - 1] == '"')
-                len--;
-            fprintf(b.f, "%s%.*s", i == 0 ? "" : i == n - 1 ? " or " : ", ", len, s);
-        }
-        fputs(", saw ", b.f);
+        for (int i = 0; i < n; i++)
+            fprintf(b.f, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", symbol_text(expected[i]));
+        fprintf(b.f, ", saw %s", saw);
+    } else if (saw_sym == YYSYMBOL_YYEOF && expects(expected, n, "'}'")) {
+        fprintf(b.f, "expected '}', saw %s", saw);
+    } else if (expects(expected, n, "';'")) {
+        fprintf(b.f, "expected ';', saw %s", saw);
+    } else if (expects(expected, n, "identifier") && expects(expected, n, "integer")) {
+        fprintf(b.f, "expected an expression, saw %s", saw);
     } else {
-        fputs("unexpected ", b.f);
+        fprintf(b.f, "unexpected %s", saw);
     }
-    fputs(saw == YYSYMBOL_YYEOF ? "end of file" : token_text(ctx, loc), b.f);
     const char *msg = strbuf_finish(&b, ctx->arena, NULL);
     diag_error(ctx->diag, ctx->src, loc, "%s", msg);
     return 0;

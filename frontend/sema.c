@@ -73,6 +73,8 @@ typedef struct Sema {
     HookKind hook;
     Map hook_vars;  /* name -> Value* while lowering a hook */
     ScalarKind acc;
+    int block_errors;   /* errors reported before this block */
+    bool incomplete;    /* the block lost a statement to a syntax error */
 } Sema;
 
 static const char *hook_name(HookKind h) { return h == HOOK_MASK ? "mask" : "score"; }
@@ -89,7 +91,7 @@ static const char *type_text(Sema *s, const Type *t) {
     }
     StrBuf b;
     strbuf_open(&b);
-    fprintf(b.f, "%s[", scalar_name(t->elem));
+    fprintf(b.f, "%s[", t->elem == SK_I1 ? "bool" : scalar_name(t->elem));
     for (int i = 0; i < t->rank; i++) {
         if (i)
             fputs(", ", b.f);
@@ -318,10 +320,14 @@ static Val lower_name(Sema *s, const Expr *e) {
     if (c)
         return c->val;
     if (map_get(&s->dims, e->name)) {
+        if (!s->insert) {
+            diag_error(s->d, s->src, e->loc, "%s must be a compile-time constant; '%s' is a symbolic dimension",
+                       s->const_context, e->name);
+            return ERROR_VAL;
+        }
         if (!s->hook) {
             diag_error(s->d, s->src, e->loc,
-                       "dimension '%s' can only be used as a value inside a hook%s", e->name,
-                       s->insert ? "" : " (it is not a compile-time constant)");
+                       "dimension '%s' can only be used as a value inside a hook", e->name);
             return ERROR_VAL;
         }
         Op *op = emit_op(s, e->loc, OP_DIM, 0, NULL, type_scalar(s->a, SK_INDEX));
@@ -921,6 +927,8 @@ static void check_acc(Sema *s, const Item *it) {
 }
 
 static void warn_unused(Sema *s) {
+    if (s->d->errors > s->block_errors || s->incomplete)
+        return;   /* an error may have hidden the use */
     for (int i = 0; i < s->sym_list.len; i++) {
         Symbol *sym = s->sym_list.items[i];
         if (sym->kind == SYM_INPUT && !sym->used && !sym->attention_operand)
@@ -931,6 +939,8 @@ static void warn_unused(Sema *s) {
 }
 
 static void begin_block(Sema *s) {
+    s->block_errors = s->d->errors;
+    s->incomplete = false;
     map_init(&s->syms, true);
     map_init(&s->dims, true);
     s->sym_list = (PtrVec){0};
@@ -976,10 +986,15 @@ static void lower_mlp(Sema *s, const Item *it, Op *func) {
         return;
     check_acc(s, it);
     s->insert = body;
+    bool incomplete = false;   /* a statement was lost to a syntax error */
     for (int i = 0; i < it->nstmts; i++) {
         const Stmt *st = it->stmts[i];
         if (st->kind == S_ACC)
             continue;
+        if (st->kind == S_ERROR) {
+            incomplete = true;
+            continue;
+        }
         if (st->kind != S_ASSIGN) {
             diag_error(s->d, s->src, st->name_loc, "'%s' is only allowed in an attention block",
                        st->kind == S_SCALE ? "scale" : st->name);
@@ -998,9 +1013,14 @@ static void lower_mlp(Sema *s, const Item *it, Op *func) {
                       "'%s' is %s here", st->name, sym->kind == SYM_LOCAL ? "first assigned" : "declared");
             continue;
         }
-        if (v.kind == VAL_ERROR)
+        if (v.kind == VAL_ERROR) {
+            if (sym)
+                sym->used = true;   /* assigned, if wrongly: no "never assigned" too */
             continue;
+        }
         if (v.kind != VAL_IR || v.v->type->kind != TY_TENSOR) {
+            if (sym)
+                sym->used = true;
             diag_error(s->d, s->src, st->value->loc, "'%s' must be a tensor, not %s", st->name,
                        val_text(s, v));
             continue;
@@ -1024,12 +1044,14 @@ static void lower_mlp(Sema *s, const Item *it, Op *func) {
         if (!sym || sym->kind != SYM_OUTPUT)
             complete = false;
         else if (!sym->value) {
-            diag_error(s->d, s->src, it->outputs[i].loc, "output '%s' is never assigned", sym->name);
+            if (!sym->used && !incomplete)
+                diag_error(s->d, s->src, it->outputs[i].loc, "output '%s' is never assigned", sym->name);
             complete = false;
         } else {
             outs[i] = sym->value;
         }
     }
+    s->incomplete = incomplete;
     if (it->noutputs == 0)
         diag_error(s->d, s->src, it->name_loc, "block '%s' has no outputs", it->name);
     if (complete)

@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         if (i)
             fputs("// -----\n", out.f);
+        d.max_errors = d.errors + 20;   /* the error limit is per chunk */
         ok &= process(&arena, &d, &chunks[i], &o, out.f);
     }
     size_t len;

@@ -118,6 +118,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         if (i)
             fputs("// -----\n", out.f);
+        d.max_errors = d.errors + 20;   /* the error limit is per chunk */
         ok &= compile(&arena, &d, &chunks[i], &o, out.f);
     }
     size_t len;
