@@ -6,7 +6,8 @@
  *   }) {key = value, ...} : type0, type1 loc("file.attn":3:5)
  *
  * Values print under their name hint (deduplicated with _1, _2 ...) or a
- * number; names restart inside ops flagged OPF_ISOLATED. A region whose one
+ * number; names restart inside ops flagged OPF_ISOLATED, and the names taken
+ * inside a region are free again once it closes. A region whose one
  * block has no arguments and at least one op omits the ^bb0: label.
  */
 #include "ir.h"
@@ -22,6 +23,7 @@ typedef struct Printer {
     Arena arena;
     Map names;      /* Value* -> printed name */
     Map used;       /* printed name -> non-NULL, within the current scope */
+    PtrVec defined; /* names in the order they were taken, to release at region end */
     int next_number;
     PrintOptions opts;
 } Printer;
@@ -41,6 +43,7 @@ static const char *value_name(Printer *p, const Value *v) {
     }
     map_put(&p->arena, &p->used, name, (void *)1);
     map_put(&p->arena, &p->names, v, (void *)name);
+    vec_push(&p->arena, &p->defined, (void *)name);
     return name;
 }
 
@@ -55,7 +58,10 @@ static bool block_needs_label(const Region *r, const Block *b) {
     return r->nblocks > 1 || b->nargs > 0 || !b->first;
 }
 
+/* Names taken inside a region are free again after it: sibling hooks can
+ * both call their arguments %b, %h, %i, %j. */
 static void print_region(Printer *p, const Region *r, int depth) {
+    int mark = p->defined.len;
     fputs("{\n", p->f);
     for (int bi = 0; bi < r->nblocks; bi++) {
         const Block *b = r->blocks[bi];
@@ -76,6 +82,9 @@ static void print_region(Printer *p, const Region *r, int depth) {
     }
     indent(p, depth);
     fputc('}', p->f);
+    for (int i = mark; i < p->defined.len; i++)
+        map_put(&p->arena, &p->used, p->defined.items[i], NULL);
+    p->defined.len = mark;
 }
 
 static void print_op(Printer *p, const Op *op, int depth) {

@@ -189,7 +189,9 @@ static void verify_func(Verifier *v, Op *op) {
         if (!is_tensor(b->args[i]->type))
             op_error(v, op, "input %d must be a tensor, not %s", i, type_str(v, b->args[i]->type));
     Op *ret = b->last;
-    if (!ret || ret->kind != OP_RETURN)
+    if (!ret || !(op_info[ret->kind].flags & OPF_TERMINATOR))
+        return;   /* reported as a block without a terminator */
+    if (ret->kind != OP_RETURN)
         op_error(v, op, "body must end with builtin.return");
     else if (ret->noperands != outputs->n)
         op_error(v, op, "names %d outputs but returns %d values", outputs->n, ret->noperands);
@@ -470,6 +472,7 @@ static void verify_op(Verifier *v, Op *op) {
     for (int i = 0; i < op->noperands; i++)
         if (!map_get(&v->visible, op->operands[i]))
             op_error(v, op, "operand %d is used where its definition is not visible", i);
+    bool shaped_right = v->errors == before;   /* the op's own rule may rely on this */
     /* Regions: names defined inside are visible only inside; an isolated op
      * sees nothing from outside. */
     Map saved = v->visible;
@@ -488,7 +491,7 @@ static void verify_op(Verifier *v, Op *op) {
     }
     if (info->flags & OPF_ISOLATED)
         v->visible = saved;
-    if (v->errors == before)  /* op rules may assume the structure is right */
+    if (shaped_right)
         verify_fns[op->kind](v, op);
 }
 
