@@ -33,8 +33,13 @@ YY_DECL;
         }                                                            \
     } while (0)
 
+/* The parser's stack bounds nesting; deeper input is an error, not a crash. */
+#define YYMAXDEPTH 2000
+
 static void yyerror(Loc *loc, void *scanner, ParseCtx *ctx, const char *msg) {
     (void)scanner;
+    if (strcmp(msg, "memory exhausted") == 0)
+        msg = "input is nested too deeply";
     diag_error(ctx->diag, ctx->src, *loc, "%s", msg);
 }
 

@@ -75,6 +75,8 @@ typedef struct Sema {
     ScalarKind acc;
     int block_errors;   /* errors reported before this block */
     bool incomplete;    /* the block lost a statement to a syntax error */
+    int depth;          /* of expression nesting */
+    bool too_deep;      /* reported that once */
 } Sema;
 
 static const char *hook_name(HookKind h) { return h == HOOK_MASK ? "mask" : "score"; }
@@ -806,7 +808,23 @@ static Val lower_call(Sema *s, const Expr *e) {
     return ir_val(op->results[0]);
 }
 
+static Val lower_expr_at_depth(Sema *s, const Expr *e);
+
+/* Bounds recursion: no real expression nests 200 deep, and a fuzzer's may. */
 static Val lower_expr(Sema *s, const Expr *e) {
+    if (s->depth >= 200) {
+        if (!s->too_deep)
+            diag_error(s->d, s->src, e->loc, "expression is nested too deeply");
+        s->too_deep = true;
+        return ERROR_VAL;
+    }
+    s->depth++;
+    Val v = lower_expr_at_depth(s, e);
+    s->depth--;
+    return v;
+}
+
+static Val lower_expr_at_depth(Sema *s, const Expr *e) {
     switch (e->kind) {
     case E_INT: return (Val){VAL_INT, e->ival, 0, NULL};
     case E_FLOAT: return (Val){VAL_FLOAT, 0, e->fval, NULL};

@@ -12,6 +12,7 @@ void diag_init(Diag *d, FILE *out) {
     memset(d, 0, sizeof *d);
     d->out = out;
     d->max_errors = 20;
+    d->tool = "attnc";
 }
 
 /* The text of line `line` (1-based, before the offset) of src. */
@@ -57,7 +58,7 @@ static void report(Diag *d, const Source *src, Loc loc, const char *kind, const 
     else if (src)
         fprintf(d->out, "%s: %s: ", src->name, kind);
     else
-        fprintf(d->out, "attnc: %s: ", kind);
+        fprintf(d->out, "%s: %s: ", d->tool, kind);
     vfprintf(d->out, fmt, ap);
     fputc('\n', d->out);
     show_source(d, src, loc);
@@ -66,7 +67,7 @@ static void report(Diag *d, const Source *src, Loc loc, const char *kind, const 
 void diag_error(Diag *d, const Source *src, Loc loc, const char *fmt, ...) {
     if (++d->errors > d->max_errors) {
         if (d->errors == d->max_errors + 1)
-            fprintf(d->out, "attnc: fatal error: too many errors emitted, stopping now\n");
+            fprintf(d->out, "%s: fatal error: too many errors emitted, stopping now\n", d->tool);
         return;
     }
     va_list ap;

@@ -63,7 +63,8 @@ typedef struct Source {
 typedef struct Diag {
     FILE *out;          /* where diagnostics go (stderr, or /dev/null) */
     int errors, warnings;
-    int max_errors;     /* stop reporting after this many (0 = 20) */
+    int max_errors;     /* stop reporting after this many */
+    const char *tool;   /* prefix of errors without a position ("attnc") */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);

@@ -18,7 +18,7 @@ config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "e
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("not ", config.not_tool + " "))
 
-# ASan's leak checker needs ptrace, which some sandboxes forbid; leaks are
-# still checked wherever it works.
-config.environment["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "detect_leaks=1")
-config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+# Sanitizer reports abort the process: `not` counts a crash as a failure,
+# where a plain non-zero exit would pass as the expected error.
+config.environment["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=1"
+config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:abort_on_error=1"

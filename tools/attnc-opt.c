@@ -127,6 +127,7 @@ static bool process(Arena *a, Diag *d, const Source *src, const Options *o, FILE
 int main(int argc, char **argv) {
     Diag d;
     diag_init(&d, stderr);
+    d.tool = "attnc-opt";
     Options o = {0};
     o.pass_opts.dump = stderr;
     int status = parse_args(argc, argv, &o, &d);

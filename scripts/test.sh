@@ -1,0 +1,29 @@
+#!/bin/sh
+# test.sh — installs dependencies, builds attnc three ways and runs the tests:
+#   build/        the lit suite (ctest)
+#   build-asan/   the same suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   build-fuzz/   the libFuzzer target, FUZZ_SECONDS (default 60) from a seed
+#                 corpus of the examples and test inputs; any crash fails
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/deps.sh
+
+echo "==> build and test"
+sh scripts/build.sh build
+ctest --test-dir build --output-on-failure
+
+echo "==> build and test with ASan + UBSan"
+sh scripts/build.sh build-asan -DATTNC_SANITIZE=ON
+ctest --test-dir build-asan --output-on-failure
+
+echo "==> fuzz the frontend and the IR parser for ${FUZZ_SECONDS:-60} s"
+CC=clang sh scripts/build.sh build-fuzz -DATTNC_FUZZ=ON
+corpus=build-fuzz/corpus
+rm -rf "$corpus" && mkdir -p "$corpus"
+cp examples/*.attn test/diagnostics/*.attn test/frontend/*.attn test/ir/*.ir test/verifier/*.ir \
+   test/passes/*.ir "$corpus"/
+build-fuzz/attnc-fuzz -max_total_time="${FUZZ_SECONDS:-60}" -dict=test/fuzz/attn.dict \
+   -artifact_prefix=build-fuzz/ -print_final_stats=1 "$corpus" 2>build-fuzz/fuzz.log ||
+  { tail -40 build-fuzz/fuzz.log; echo "fuzzing found a crash: see build-fuzz/crash-*"; exit 1; }
+grep -E "stat::number_of_executed_units" build-fuzz/fuzz.log || true
+echo "test: all passed"
