@@ -415,12 +415,34 @@ static ScalarKind val_elem(Val v) {
     }
 }
 
+/* The element type two operands meet in: a number adopts the other side's
+ * type (a float number turns an integer side into f32); IR values promote. */
+static ScalarKind meet(Val x, Val y) {
+    if (x.kind != VAL_IR)
+        return val_elem(y) == SK_INDEX && x.kind == VAL_FLOAT ? SK_F32 : val_elem(y);
+    if (y.kind != VAL_IR)
+        return val_elem(x) == SK_INDEX && y.kind == VAL_FLOAT ? SK_F32 : val_elem(x);
+    return promote(val_elem(x), val_elem(y));
+}
+
 static bool check_not_bool(Sema *s, Val v, const Expr *e, const char *what) {
     if (val_elem(v) == SK_I1) {
         diag_error(s->d, s->src, e->loc, "%s needs numbers, not %s", what, val_text(s, v));
         return false;
     }
     return true;
+}
+
+/* Emits a binary elementwise op over x and y converted to `k`, its result
+ * of element type `elem` and the operands' broadcast shape; NULL (reported)
+ * if the shapes do not broadcast. */
+static Value *emit_binary(Sema *s, const Expr *e, OpKind kind, Val x, const Expr *ex, Val y,
+                          const Expr *ey, ScalarKind k, ScalarKind elem) {
+    Value *vx = emit_cast(s, ex->loc, materialize(s, ex->loc, x, k), k);
+    Value *vy = emit_cast(s, ey->loc, materialize(s, ey->loc, y, k), k);
+    bool ok;
+    Type *rt = result_type(s, vx->type, vy->type, elem, e->loc, &ok);
+    return ok ? emit(s, e->loc, kind, rt, vx, vy) : NULL;
 }
 
 static Val lower_arith(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
@@ -432,14 +454,7 @@ static Val lower_arith(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
         return fold_binary(s, op, x, y, e->loc);
     if (!can_emit(s, e->loc))
         return ERROR_VAL;
-    /* A number adopts the other side's dtype; otherwise promote. */
-    ScalarKind kx = val_elem(x), ky = val_elem(y), k;
-    if (x.kind != VAL_IR)
-        k = ky == SK_INDEX && kx == SK_F32 ? SK_F32 : ky;
-    else if (y.kind != VAL_IR)
-        k = kx == SK_INDEX && ky == SK_F32 ? SK_F32 : kx;
-    else
-        k = promote(kx, ky);
+    ScalarKind k = meet(x, y);
     if (op == B_DIV && !scalar_is_float(k))
         k = SK_F32;   /* '/' is true division; '//' is integer division */
     if ((op == B_FLOORDIV || op == B_REM) && !scalar_is_int(k)) {
@@ -452,15 +467,10 @@ static Val lower_arith(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
                    val_text(s, x), val_text(s, y));
         return ERROR_VAL;
     }
-    Value *vx = emit_cast(s, ex->loc, materialize(s, ex->loc, x, k), k);
-    Value *vy = emit_cast(s, ey->loc, materialize(s, ey->loc, y, k), k);
-    bool ok;
-    Type *rt = result_type(s, vx->type, vy->type, k, e->loc, &ok);
-    if (!ok)
-        return ERROR_VAL;
     static const OpKind kinds[] = {[B_ADD] = OP_ADD, [B_SUB] = OP_SUB, [B_MUL] = OP_MUL,
                                    [B_DIV] = OP_DIV, [B_FLOORDIV] = OP_FLOORDIV, [B_REM] = OP_REM};
-    return ir_val(emit(s, e->loc, kinds[op], rt, vx, vy));
+    Value *r = emit_binary(s, e, kinds[op], x, ex, y, ey, k, k);
+    return r ? ir_val(r) : ERROR_VAL;
 }
 
 static Val lower_compare(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
@@ -471,21 +481,13 @@ static Val lower_compare(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
         return fold_binary(s, op, x, y, e->loc);
     if (!can_emit(s, e->loc))
         return ERROR_VAL;
-    ScalarKind k = x.kind != VAL_IR   ? (val_elem(y) == SK_INDEX && x.kind == VAL_FLOAT ? SK_F32 : val_elem(y))
-                 : y.kind != VAL_IR   ? (val_elem(x) == SK_INDEX && y.kind == VAL_FLOAT ? SK_F32 : val_elem(x))
-                                      : promote(val_elem(x), val_elem(y));
-    Value *vx = emit_cast(s, e->loc, materialize(s, e->args[0]->loc, x, k), k);
-    Value *vy = emit_cast(s, e->loc, materialize(s, e->args[1]->loc, y, k), k);
-    bool ok;
-    Type *rt = result_type(s, vx->type, vy->type, SK_I1, e->loc, &ok);
-    if (!ok)
+    Value *r = emit_binary(s, e, OP_CMP, x, e->args[0], y, e->args[1], meet(x, y), SK_I1);
+    if (!r)
         return ERROR_VAL;
     static const char *const preds[] = {[B_LT] = "lt", [B_LE] = "le", [B_GT] = "gt",
                                         [B_GE] = "ge", [B_EQ] = "eq", [B_NE] = "ne"};
-    Value *ops[2] = {vx, vy};
-    Op *cmp = emit_op(s, e->loc, OP_CMP, 2, ops, rt);
-    op_set_attr(s->a, cmp, "pred", attr_str(s->a, preds[op]));
-    return ir_val(cmp->results[0]);
+    op_set_attr(s->a, r->def, "pred", attr_str(s->a, preds[op]));
+    return ir_val(r);
 }
 
 static bool need_bool(Sema *s, Val v, const Expr *e, const char *what) {
@@ -507,10 +509,8 @@ static Val lower_logical(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
         return (Val){VAL_BOOL, op == B_AND ? (x.i && y.i) : (x.i || y.i), 0, NULL};
     if (!can_emit(s, e->loc))
         return ERROR_VAL;
-    Value *vx = materialize(s, e->args[0]->loc, x, SK_I1), *vy = materialize(s, e->args[1]->loc, y, SK_I1);
-    bool ok;
-    Type *rt = result_type(s, vx->type, vy->type, SK_I1, e->loc, &ok);
-    return ok ? ir_val(emit(s, e->loc, op == B_AND ? OP_AND : OP_OR, rt, vx, vy)) : ERROR_VAL;
+    Value *r = emit_binary(s, e, op == B_AND ? OP_AND : OP_OR, x, e->args[0], y, e->args[1], SK_I1, SK_I1);
+    return r ? ir_val(r) : ERROR_VAL;
 }
 
 static Val lower_matmul(Sema *s, const Expr *e, Val x, Val y) {
@@ -621,10 +621,7 @@ static Val lower_cond(Sema *s, const Expr *e) {
                    val_text(s, y));
         return ERROR_VAL;
     }
-    ScalarKind k = xb ? SK_I1
-                 : x.kind != VAL_IR ? (val_elem(y) == SK_INDEX && x.kind == VAL_FLOAT ? SK_F32 : val_elem(y))
-                 : y.kind != VAL_IR ? (val_elem(x) == SK_INDEX && y.kind == VAL_FLOAT ? SK_F32 : val_elem(x))
-                                    : promote(val_elem(x), val_elem(y));
+    ScalarKind k = xb ? SK_I1 : meet(x, y);
     Value *vx = emit_cast(s, e->loc, materialize(s, e->args[1]->loc, x, k), k);
     Value *vy = emit_cast(s, e->loc, materialize(s, e->args[2]->loc, y, k), k);
     bool ok;
@@ -748,15 +745,9 @@ static Val lower_call(Sema *s, const Expr *e) {
         }
         if (!can_emit(s, e->loc))
             return ERROR_VAL;
-        ScalarKind k = x.kind != VAL_IR ? val_elem(y) : y.kind != VAL_IR ? val_elem(x)
-                                                      : promote(val_elem(x), val_elem(y));
-        if ((x.kind == VAL_FLOAT || y.kind == VAL_FLOAT) && k == SK_INDEX)
-            k = SK_F32;
-        Value *vx = emit_cast(s, e->loc, materialize(s, e->args[0]->loc, x, k), k);
-        Value *vy = emit_cast(s, e->loc, materialize(s, e->args[1]->loc, y, k), k);
-        bool ok;
-        Type *rt = result_type(s, vx->type, vy->type, k, e->loc, &ok);
-        return ok ? ir_val(emit(s, e->loc, fn->op, rt, vx, vy)) : ERROR_VAL;
+        ScalarKind k = meet(x, y);
+        Value *r = emit_binary(s, e, fn->op, x, e->args[0], y, e->args[1], k, k);
+        return r ? ir_val(r) : ERROR_VAL;
     }
     case FN_CAST:
         if (!can_emit(s, e->loc))

@@ -83,26 +83,12 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
             o->pass_opts.print.locations = true;
         } else if (strcmp(arg, "-split-input-file") == 0) {
             o->split = true;
-        } else if (strcmp(arg, "-o") == 0) {
-            if (++i == argc) {
-                diag_plain(d, "'-o' needs a file name");
-                return 1;
-            }
-            o->output = argv[i];
-        } else if (arg[0] == '-' && arg[1] != 0) {
-            diag_plain(d, "unknown argument '%s'; see 'attnc-opt --help'", arg);
+        } else if (!tool_common_arg(d, argc, argv, &i, &o->input, &o->output)) {
             return 1;
-        } else if (o->input) {
-            diag_plain(d, "more than one input file ('%s' and '%s')", o->input, arg);
-            return 1;
-        } else {
-            o->input = arg;
         }
     }
-    if (!o->input) {
-        diag_plain(d, "no input file; see 'attnc-opt --help'");
+    if (!tool_have_input(d, o->input))
         return 1;
-    }
     return 0;
 }
 
@@ -111,7 +97,8 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static bool process(Arena *a, Diag *d, const Source *src, const Options *o, FILE *out) {
+static bool process(Arena *a, Diag *d, const Source *src, const void *opts, FILE *out) {
+    const Options *o = opts;
     Op *module = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, NULL) : ir_parse(a, d, src);
     if (!module || ir_verify(module, d, src))
         return false;
@@ -133,27 +120,5 @@ int main(int argc, char **argv) {
     int status = parse_args(argc, argv, &o, &d);
     if (status)
         return status < 0 ? 0 : status;
-    Arena arena = {0};
-    Source whole;
-    if (!tool_read_input(&arena, &d, o.input, &whole)) {
-        arena_free(&arena);
-        return 1;
-    }
-    Source *chunks;
-    int n = tool_split(&arena, &whole, o.split, &chunks);
-    StrBuf out;
-    strbuf_open(&out);
-    bool ok = true;
-    for (int i = 0; i < n; i++) {
-        if (i)
-            fputs("// -----\n", out.f);
-        d.max_errors = d.errors + 20;   /* the error limit is per chunk */
-        ok &= process(&arena, &d, &chunks[i], &o, out.f);
-    }
-    size_t len;
-    char *text = strbuf_finish(&out, &arena, &len);
-    if ((ok || o.split) && !tool_write_output(&d, o.output, text, len))
-        ok = false;
-    arena_free(&arena);
-    return ok ? 0 : 1;
+    return tool_run(&d, o.input, o.output, o.split, process, &o);
 }

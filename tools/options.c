@@ -79,3 +79,57 @@ const char *tool_flag_value(const char *arg, const char *name) {
         return arg + n + 1;
     return NULL;
 }
+
+int tool_run(Diag *d, const char *input, const char *output, bool split, ChunkFn fn, const void *opts) {
+    Arena arena = {0};
+    Source whole;
+    if (!tool_read_input(&arena, d, input, &whole)) {
+        arena_free(&arena);
+        return 1;
+    }
+    Source *chunks;
+    int n = tool_split(&arena, &whole, split, &chunks);
+    StrBuf out;
+    strbuf_open(&out);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputs("// -----\n", out.f);
+        d->max_errors = d->errors + 20;
+        ok &= fn(&arena, d, &chunks[i], opts, out.f);
+    }
+    size_t len;
+    char *text = strbuf_finish(&out, &arena, &len);
+    if ((ok || split) && !tool_write_output(d, output, text, len))
+        ok = false;
+    arena_free(&arena);
+    return ok ? 0 : 1;
+}
+
+bool tool_common_arg(Diag *d, int argc, char **argv, int *i, const char **input, const char **output) {
+    const char *arg = argv[*i];
+    if (strcmp(arg, "-o") == 0) {
+        if (++*i == argc) {
+            diag_plain(d, "'-o' needs a file name");
+            return false;
+        }
+        *output = argv[*i];
+        return true;
+    }
+    if (arg[0] == '-' && arg[1] != 0) {
+        diag_plain(d, "unknown argument '%s'; see '%s --help'", arg, d->tool);
+        return false;
+    }
+    if (*input) {
+        diag_plain(d, "more than one input file ('%s' and '%s')", *input, arg);
+        return false;
+    }
+    *input = arg;
+    return true;
+}
+
+bool tool_have_input(Diag *d, const char *input) {
+    if (!input)
+        diag_plain(d, "no input file; see '%s --help'", d->tool);
+    return input != NULL;
+}

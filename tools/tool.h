@@ -15,6 +15,23 @@ int tool_split(Arena *a, const Source *whole, bool split, Source **chunks);
 /* Writes the output (stdout for NULL or "-"); reports and returns false on failure. */
 bool tool_write_output(Diag *d, const char *path, const char *text, size_t len);
 
+/* Compiles one chunk of the input, appending its output to out. */
+typedef bool (*ChunkFn)(Arena *a, Diag *d, const Source *src, const void *opts, FILE *out);
+
+/* The tools' common body: read input (stdin for "-"), split it when asked,
+ * run fn on each chunk (20 errors at most per chunk), write the output
+ * atomically. Nothing is written when a chunk failed, except in split mode,
+ * where each chunk's result is the point. Returns the exit status. */
+int tool_run(Diag *d, const char *input, const char *output, bool split, ChunkFn fn, const void *opts);
+
+/* The arguments both tools take: "-o FILE", the input file, and anything else
+ * starting with '-' (an unknown flag). Returns true when argv[*i] was one of
+ * them (advancing *i past -o's value), false with an error reported. */
+bool tool_common_arg(Diag *d, int argc, char **argv, int *i, const char **input, const char **output);
+
+/* After the arguments: an error unless an input file was named. */
+bool tool_have_input(Diag *d, const char *input);
+
 /* "-name=value": the value if arg starts with "-name=", else NULL. */
 const char *tool_flag_value(const char *arg, const char *name);
 
