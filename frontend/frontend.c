@@ -1,7 +1,7 @@
 /* frontend.c — parse, then check and lower. */
 #include "frontend/frontend.h"
 
-Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast) {
+Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, const Map *consts) {
     int errors_before = d->errors;
     Program *p = parse_program(a, d, src);
     if (ast)
@@ -10,6 +10,6 @@ Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast) {
         return NULL;
     /* Semantic errors are worth reporting even after syntax errors: the
      * parser recovered whole items, and sema only sees those. */
-    Op *module = sema_lower(a, d, src, p);
+    Op *module = sema_lower(a, d, src, p, consts);
     return d->errors > errors_before ? NULL : module;
 }

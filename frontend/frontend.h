@@ -11,10 +11,12 @@
 #include "frontend/ast.h"
 
 /* Parses and checks src. Returns the builtin.module, or NULL when there were
- * errors (all of them reported to d). *ast, when given, receives the tree. */
-Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast);
+ * errors (all of them reported to d). *ast, when given, receives the tree.
+ * `consts`, when given, maps constant names to integer values that replace
+ * the file's own (`attnc run -D`): name -> (void *)(intptr_t)value. */
+Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, const Map *consts);
 
 /* sema.c */
-Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p);
+Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p, const Map *consts);
 
 #endif

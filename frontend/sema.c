@@ -77,6 +77,7 @@ typedef struct Sema {
     bool incomplete;    /* the block lost a statement to a syntax error */
     int depth;          /* of expression nesting */
     bool too_deep;      /* reported that once */
+    const Map *overrides;  /* constants replaced from the command line */
 } Sema;
 
 static const char *hook_name(HookKind h) { return h == HOOK_MASK ? "mask" : "score"; }
@@ -1412,13 +1413,15 @@ static void lower_const(Sema *s, const Item *it) {
         return;
     }
     ConstDef *c = NEW(s->a, ConstDef);
+    if (s->overrides && map_get(s->overrides, it->name))
+        v = (Val){VAL_INT, (int64_t)(intptr_t)map_get(s->overrides, it->name), 0, NULL};
     c->val = v;
     c->loc = it->name_loc;
     map_put(s->a, &s->consts, it->name, c);
 }
 
-Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p) {
-    Sema s = {.a = a, .d = d, .src = src};
+Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p, const Map *consts) {
+    Sema s = {.a = a, .d = d, .src = src, .overrides = consts};
     map_init(&s.consts, true);
     map_init(&s.blocks, true);
     map_init(&s.items, true);

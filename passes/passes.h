@@ -5,7 +5,9 @@
  * registry.c under the name attnc-opt's -passes= uses.
  *
  *   registry.c   the table of passes; the pass manager (verify, print, time)
+ *   pipeline.c   the pipeline of each target
  *   dce.c        dead-code elimination of pure ops
+ *   test_*.c     passes that are wrong on purpose, to prove the checks bite
  */
 #ifndef ATTNC_PASSES_H
 #define ATTNC_PASSES_H
@@ -37,7 +39,13 @@ typedef struct PassOptions {
 /* Runs the passes in order; false on the first failure. */
 bool run_passes(Op *module, const Pass *const *list, int n, PassContext *ctx, PassOptions opts);
 
+/* pipeline.c: the target-independent pipeline of a target (sm_70, sm_80,
+ * sm_90a); false with a diagnostic for an unknown one. */
+bool pipeline_known(const char *arch);
+bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions opts);
+
 /* the passes */
 bool pass_dce(Op *module, PassContext *ctx);
+bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
 
 #endif

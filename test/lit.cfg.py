@@ -12,6 +12,7 @@ config.excludes = ["Inputs", "fuzz", "lit.cfg.py"]
 config.test_source_root = os.path.join(config.attnc_src_root, "test")
 config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
 
+config.substitutions.append(("%unit-rounding", os.path.join(config.attnc_obj_root, "attnc-unit-rounding")))
 config.substitutions.append(("%attnc-opt", os.path.join(config.attnc_obj_root, "attnc-opt")))
 config.substitutions.append(("%attnc", os.path.join(config.attnc_obj_root, "attnc")))
 config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "examples")))

@@ -20,6 +20,10 @@ static const char usage[] =
     "  -verify-each        verify the IR after every pass\n"
     "  -time-passes        report each pass's time (to standard error)\n"
     "  -verify-roundtrip   check that print -> parse -> print is exact\n"
+    "  -interpret-check    run the program before and after the passes on the CPU\n"
+    "                      interpreter (seeded random inputs) and fail if an output\n"
+    "                      moved out of tolerance; with -D NAME=VALUE, --seed N, -q\n"
+    "                      as for 'attnc run' (report on standard error)\n"
     "  -print-loc          print each op's source location\n"
     "  -split-input-file   process each '// -----'-separated chunk on its own\n"
     "  -list-passes        list the registered passes\n"
@@ -31,7 +35,8 @@ typedef struct Options {
     const Pass *passes[64];
     int npasses;
     PassOptions pass_opts;
-    bool roundtrip, split;
+    bool roundtrip, split, interpret;
+    RunArgs run;
 } Options;
 
 static bool add_passes(Options *o, const char *list, Diag *d) {
@@ -56,7 +61,8 @@ static bool add_passes(Options *o, const char *list, Diag *d) {
     return true;
 }
 
-static int parse_args(int argc, char **argv, Options *o, Diag *d) {
+static int parse_args(Arena *a, int argc, char **argv, Options *o, Diag *d) {
+    int handled;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-help") == 0 || strcmp(arg, "-h") == 0) {
@@ -77,6 +83,11 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
             o->pass_opts.verify_each = true;
         } else if (strcmp(arg, "-time-passes") == 0) {
             o->pass_opts.time_passes = true;
+        } else if (strcmp(arg, "-interpret-check") == 0) {
+            o->interpret = true;
+        } else if ((handled = tool_run_arg(a, d, argc, argv, &i, &o->run)) != 0) {
+            if (handled < 0)
+                return 1;
         } else if (strcmp(arg, "-verify-roundtrip") == 0) {
             o->roundtrip = true;
         } else if (strcmp(arg, "-print-loc") == 0) {
@@ -97,14 +108,30 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+static Op *load(Arena *a, Diag *d, const Source *src, const Options *o, Program **ast) {
+    Op *m = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, ast, &o->run.consts)
+                                          : ir_parse(a, d, src);
+    return m && ir_verify(m, d, src) == 0 ? m : NULL;
+}
+
 static bool process(Arena *a, Diag *d, const Source *src, const void *opts, FILE *out) {
     const Options *o = opts;
-    Op *module = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, NULL) : ir_parse(a, d, src);
-    if (!module || ir_verify(module, d, src))
+    Program *ast = NULL;
+    Op *module = load(a, d, src, o, &ast);
+    /* -interpret-check compares with the program as it was read. */
+    Op *before = module && o->interpret ? load(a, d, src, o, NULL) : NULL;
+    if (!module)
         return false;
     PassContext ctx = {a, d};
     if (!run_passes(module, o->passes, o->npasses, &ctx, o->pass_opts))
         return false;
+    if (o->interpret) {
+        RunOptions run = o->run.run;
+        run.check = true;
+        run.consts = program_consts(a, ast);
+        if (!interp_run_module(a, d, before, module, &run, stderr))
+            return false;
+    }
     if (o->roundtrip && !ir_roundtrip_check(a, module, o->pass_opts.print, d))
         return false;
     ir_print(out, module, o->pass_opts.print);
@@ -117,8 +144,13 @@ int main(int argc, char **argv) {
     d.tool = "attnc-opt";
     Options o = {0};
     o.pass_opts.dump = stderr;
-    int status = parse_args(argc, argv, &o, &d);
-    if (status)
-        return status < 0 ? 0 : status;
-    return tool_run(&d, o.input, o.output, o.split, process, &o);
+    tool_run_args_init(&o.run);
+    Arena args = {0};
+    int status = parse_args(&args, argc, argv, &o, &d);
+    if (status == 0) {
+        tool_run_args_finish(&args, &o.run);
+        status = tool_run(&d, o.input, o.output, o.split, process, &o);
+    }
+    arena_free(&args);
+    return status < 0 ? 0 : status;
 }

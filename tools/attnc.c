@@ -1,16 +1,20 @@
 /* attnc — the compiler driver: .attn in, IR (later PTX) out.
  *
  *   attnc FILE [-emit=ast|ir] [-o OUT] [-print-loc] [-split-input-file]
+ *   attnc run FILE [-D NAME=VALUE]... [-arch TARGET] [--seed N] [--check] [-q]
  *
  * The pipeline, top to bottom: read → parse → check and lower → verify → print.
  */
 #include "frontend/frontend.h"
+#include "interp/interp.h"
+#include "passes/passes.h"
 #include "tools/tool.h"
 
 #include <string.h>
 
 static const char usage[] =
     "usage: attnc FILE [options]\n"
+    "       attnc run FILE [run options]   (see 'attnc run --help')\n"
     "\n"
     "Compiles an attention or MLP block written in the .attn language.\n"
     "\n"
@@ -68,7 +72,7 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     const Options *o = opts;
     Program *ast = NULL;
     int before = d->errors;
-    Op *module = frontend_compile(a, d, src, &ast);
+    Op *module = frontend_compile(a, d, src, &ast, NULL);
     if (o->emit == EMIT_AST) {
         if (ast && d->errors == before)
             ast_dump(out, ast);
@@ -84,9 +88,98 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     return true;
 }
 
+/* ---- attnc run ---------------------------------------------------------- */
+
+static const char run_usage[] =
+    "usage: attnc run FILE [options]\n"
+    "\n"
+    "Lowers each block with the target's pipeline and runs it on the CPU\n"
+    "interpreter, on seeded random inputs.\n"
+    "\n"
+    "options:\n"
+    "  -D NAME=VALUE    bind a symbolic dimension, or replace an integer constant\n"
+    "                   (unbound dimensions: 2 if the name starts with B or H, else 17)\n"
+    "  -arch TARGET     sm_70, sm_80 (default) or sm_90a\n"
+    "  --seed N         seed of the random inputs (default 1)\n"
+    "  --check          compare every output with a float64 evaluation of the\n"
+    "                   unoptimised program; exit 1 if one is out of tolerance\n"
+    "  -q               print only failures\n";
+
+static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) {
+    int handled;
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(run_usage, stdout);
+            return -1;
+        } else if (strcmp(arg, "-arch") == 0) {
+            if (++i == argc) {
+                diag_plain(d, "'-arch' needs a target");
+                return 1;
+            }
+            r->arch = argv[i];
+        } else if (tool_flag_value(arg, "-arch")) {
+            r->arch = tool_flag_value(arg, "-arch");
+        } else if (strcmp(arg, "--check") == 0) {
+            r->run.check = true;
+        } else if ((handled = tool_run_arg(a, d, argc, argv, &i, r)) != 0) {
+            if (handled < 0)
+                return 1;
+        } else if (arg[0] == '-' && arg[1]) {
+            diag_plain(d, "unknown argument '%s'; see 'attnc run --help'", arg);
+            return 1;
+        } else if (r->input) {
+            diag_plain(d, "more than one input file ('%s' and '%s')", r->input, arg);
+            return 1;
+        } else {
+            r->input = arg;
+        }
+    }
+    if (!r->input) {
+        diag_plain(d, "no input file; see 'attnc run --help'");
+        return 1;
+    }
+    if (!pipeline_known(r->arch)) {
+        diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", r->arch);
+        return 1;
+    }
+    return 0;
+}
+
+static int run_main(int argc, char **argv, Diag *d) {
+    Arena a = {0};
+    RunArgs r = {.arch = "sm_80"};
+    tool_run_args_init(&r);
+    int status = parse_run_args(&a, d, argc, argv, &r);
+    Source src;
+    if (status == 0 && !tool_read_input(&a, d, r.input, &src))
+        status = 1;
+    if (status) {
+        arena_free(&a);
+        return status < 0 ? 0 : status;
+    }
+    tool_run_args_finish(&a, &r);
+    /* The reference is the unoptimised program; the lowered one goes through
+     * the target's pipeline. Two compiles keep them independent. */
+    Program *ast;
+    Op *reference = frontend_compile(&a, d, &src, &ast, &r.consts);
+    Op *lowered = reference ? frontend_compile(&a, d, &src, NULL, &r.consts) : NULL;
+    bool ok = lowered != NULL;
+    if (ok) {
+        r.run.consts = program_consts(&a, ast);
+        PassContext ctx = {&a, d};
+        ok = run_pipeline(lowered, r.arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}) &&
+             interp_run_module(&a, d, reference, lowered, &r.run, stdout);
+    }
+    arena_free(&a);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     Diag d;
     diag_init(&d, stderr);
+    if (argc > 1 && strcmp(argv[1], "run") == 0)
+        return run_main(argc, argv, &d);
     Options o = {.emit = EMIT_IR};
     int status = parse_args(argc, argv, &o, &d);
     if (status)

@@ -2,6 +2,7 @@
 #include "tools/tool.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool tool_read_input(Arena *a, Diag *d, const char *path, Source *whole) {
@@ -132,4 +133,71 @@ bool tool_have_input(Diag *d, const char *input) {
     if (!input)
         diag_plain(d, "no input file; see '%s --help'", d->tool);
     return input != NULL;
+}
+
+/* ---- interpreter flags --------------------------------------------------- */
+
+void tool_run_args_init(RunArgs *r) {
+    r->run.seed = 1;
+    map_init(&r->consts, true);
+}
+
+static bool parse_binding(Arena *a, Diag *d, const char *text, RunArgs *r) {
+    const char *eq = strchr(text, '=');
+    char *end = NULL;
+    errno = 0;
+    long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+    if (!eq || eq == text || !eq[1] || *end || errno || v <= 0 || v > (1ll << 40)) {
+        diag_plain(d, "-D needs NAME=VALUE with a positive integer VALUE, not '%s'", text);
+        return false;
+    }
+    char *name = arena_strndup(a, text, (size_t)(eq - text));
+    vec_push(a, &r->names, name);
+    vec_push(a, &r->values, (void *)(intptr_t)v);
+    map_put(a, &r->consts, name, (void *)(intptr_t)v);
+    return true;
+}
+
+int tool_run_arg(Arena *a, Diag *d, int argc, char **argv, int *i, RunArgs *r) {
+    const char *arg = argv[*i];
+    if (strcmp(arg, "-q") == 0) {
+        r->run.quiet = true;
+        return 1;
+    }
+    if (strcmp(arg, "-D") == 0 || strcmp(arg, "--seed") == 0) {
+        if (++*i == argc) {
+            diag_plain(d, "'%s' needs a value", arg);
+            return -1;
+        }
+        if (arg[1] == 'D')
+            return parse_binding(a, d, argv[*i], r) ? 1 : -1;
+        char *end;
+        errno = 0;
+        r->run.seed = strtoull(argv[*i], &end, 10);
+        if (*end || errno || argv[*i][0] == '-' || !argv[*i][0]) {
+            diag_plain(d, "--seed needs a non-negative integer, not '%s'", argv[*i]);
+            return -1;
+        }
+        return 1;
+    }
+    if (strncmp(arg, "-D", 2) == 0)
+        return parse_binding(a, d, arg + 2, r) ? 1 : -1;
+    return 0;
+}
+
+void tool_run_args_finish(Arena *a, RunArgs *r) {
+    r->run.bind_names = (const char **)r->names.items;
+    r->run.bind_values = NEW_ARRAY(a, int64_t, r->values.len + 1);
+    for (int i = 0; i < r->values.len; i++)
+        r->run.bind_values[i] = (int64_t)(intptr_t)r->values.items[i];
+    r->run.nbinds = r->names.len;
+}
+
+const Map *program_consts(Arena *a, const Program *p) {
+    Map *m = NEW(a, Map);
+    map_init(m, true);
+    for (int i = 0; p && i < p->nitems; i++)
+        if (p->items[i]->kind == I_CONST)
+            map_put(a, m, p->items[i]->name, (void *)1);
+    return m;
 }

@@ -3,7 +3,8 @@
 #ifndef ATTNC_TOOL_H
 #define ATTNC_TOOL_H
 
-#include "support/support.h"
+#include "frontend/ast.h"
+#include "interp/interp.h"
 
 /* Reads path into *whole; on failure reports and returns false. */
 bool tool_read_input(Arena *a, Diag *d, const char *path, Source *whole);
@@ -34,5 +35,23 @@ bool tool_have_input(Diag *d, const char *input);
 
 /* "-name=value": the value if arg starts with "-name=", else NULL. */
 const char *tool_flag_value(const char *arg, const char *name);
+
+/* ---- flags of the interpreter (attnc run, attnc-opt -interpret-check) ---- */
+
+typedef struct RunArgs {
+    const char *input, *arch;
+    RunOptions run;
+    Map consts;            /* -D values, which may replace constants */
+    PtrVec names, values;  /* -D in order */
+} RunArgs;
+
+void tool_run_args_init(RunArgs *r);
+/* -D NAME=VALUE, -DNAME=VALUE, --seed N, -q: 1 if argv[*i] was one (advancing
+ * *i past a value), 0 if not, -1 on an error (reported). */
+int tool_run_arg(Arena *a, Diag *d, int argc, char **argv, int *i, RunArgs *r);
+/* Fills r->run's bindings from the -D flags seen. */
+void tool_run_args_finish(Arena *a, RunArgs *r);
+/* The names of a program's constants (which -D may set). */
+const Map *program_consts(Arena *a, const Program *p);
 
 #endif

@@ -1,0 +1,505 @@
+/* eval.c — evaluates a builtin.func op by op.
+ *
+ * Every value is a Tensor of doubles (scalars are rank 0). In emulated mode
+ * each result is rounded to its IR element type, matmuls round their running
+ * sum to the accumulator type after every product, and hooks compute in f32;
+ * in exact mode nothing is rounded (integers and bools stay exact either way).
+ * Reductions and softmax compute in double and round once. Hook regions run
+ * once per score, through a precomputed plan of slots (no lookups per element).
+ */
+#include "interp/interp.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool fail(Interp *in, const Op *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(Interp *in, const Op *op, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (op && op->loc.file) {
+        Source s = {.name = op->loc.file};
+        diag_error(in->diag, &s, (Loc){op->loc.line, op->loc.col, op->loc.line, op->loc.col},
+                   "while running '%s': %s", op_info[op->kind].name, msg);
+    } else {
+        diag_plain(in->diag, "while running '%s': %s", op ? op_info[op->kind].name : "?", msg);
+    }
+    in->failed = true;
+    return false;
+}
+
+bool concrete_shape(Interp *in, const Type *t, int64_t *dims) {
+    if (t->kind == TY_SCALAR)
+        return true;
+    if (t->rank > MAX_RANK) {
+        diag_plain(in->diag, "the interpreter handles at most %d dimensions", MAX_RANK);
+        return false;
+    }
+    for (int i = 0; i < t->rank; i++) {
+        if (!t->dims[i].sym) {
+            dims[i] = t->dims[i].size;
+            continue;
+        }
+        intptr_t v = (intptr_t)map_get(&in->bind->dims, t->dims[i].sym);
+        if (v <= 0) {
+            diag_plain(in->diag, "dimension '%s' is not bound (use -D %s=VALUE)", t->dims[i].sym,
+                       t->dims[i].sym);
+            return false;
+        }
+        dims[i] = v;
+    }
+    return true;
+}
+
+static int type_rank(const Type *t) { return t->kind == TY_SCALAR ? 0 : t->rank; }
+
+static Tensor *get(Interp *in, const Value *v) {
+    Tensor *t = map_get(&in->values, v);
+    if (!t)
+        die("interpreter: value without a tensor");
+    return t;
+}
+
+static Tensor *new_result(Interp *in, const Op *op) {
+    const Type *t = op->results[0]->type;
+    int64_t dims[MAX_RANK];
+    if (!concrete_shape(in, t, dims))
+        return NULL;
+    return tensor_new(in->arena, t->elem, type_rank(t), dims);
+}
+
+/* Rounding of a computed value to its type: floats only in emulated mode. */
+static double store(Interp *in, ScalarKind k, double x) {
+    if (in->exact && scalar_is_float(k))
+        return x;
+    return round_to(k, x);
+}
+
+/* ---- scalar semantics, shared by tensors and hooks ---------------------- */
+
+typedef enum Pred { P_LT, P_LE, P_GT, P_GE, P_EQ, P_NE } Pred;
+
+static Pred pred_of(const Op *op) {
+    static const char *const names[] = {"lt", "le", "gt", "ge", "eq", "ne"};
+    Attr *a = op_attr(op, "pred");
+    for (int i = 0; i < 6; i++)
+        if (strcmp(a->s, names[i]) == 0)
+            return (Pred)i;
+    unreachable();
+}
+
+static double gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+static double gelu_tanh(double x) {
+    return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+/* One element of an elementwise op; k is the operands' element type. */
+static bool apply(Interp *in, const Op *op, Pred pred, ScalarKind k, const double *x, double *r) {
+    bool ints = scalar_is_int(k);
+    switch (op->kind) {
+    case OP_ADD: *r = x[0] + x[1]; return true;
+    case OP_SUB: *r = x[0] - x[1]; return true;
+    case OP_MUL: *r = x[0] * x[1]; return true;
+    case OP_DIV:
+        if (ints && x[1] == 0)
+            return fail(in, op, "integer division by zero");
+        *r = ints ? trunc(x[0] / x[1]) : x[0] / x[1];
+        return true;
+    case OP_FLOORDIV:
+    case OP_REM:
+        if (x[1] == 0)
+            return fail(in, op, "integer division by zero");
+        *r = floor(x[0] / x[1]);
+        if (op->kind == OP_REM)
+            *r = x[0] - *r * x[1];
+        return true;
+    case OP_MIN: *r = x[0] < x[1] || isnan(x[0]) ? x[0] : x[1]; return true;
+    case OP_MAX: *r = x[0] > x[1] || isnan(x[0]) ? x[0] : x[1]; return true;
+    case OP_NEG: *r = -x[0]; return true;
+    case OP_CMP:
+        switch (pred) {
+        case P_LT: *r = x[0] < x[1]; return true;
+        case P_LE: *r = x[0] <= x[1]; return true;
+        case P_GT: *r = x[0] > x[1]; return true;
+        case P_GE: *r = x[0] >= x[1]; return true;
+        case P_EQ: *r = x[0] == x[1]; return true;
+        case P_NE: *r = x[0] != x[1]; return true;
+        }
+        unreachable();
+    case OP_AND: *r = x[0] != 0 && x[1] != 0; return true;
+    case OP_OR: *r = x[0] != 0 || x[1] != 0; return true;
+    case OP_NOT: *r = x[0] == 0; return true;
+    case OP_SELECT: *r = x[0] != 0 ? x[1] : x[2]; return true;
+    case OP_CAST: *r = x[0]; return true;   /* the rounding to the result type converts */
+    case OP_EXP: *r = exp(x[0]); return true;
+    case OP_EXP2: *r = exp2(x[0]); return true;
+    case OP_LOG: *r = log(x[0]); return true;
+    case OP_SQRT: *r = sqrt(x[0]); return true;
+    case OP_RSQRT: *r = 1 / sqrt(x[0]); return true;
+    case OP_TANH: *r = tanh(x[0]); return true;
+    case OP_ABS: *r = fabs(x[0]); return true;
+    case OP_SIGMOID: *r = 1 / (1 + exp(-x[0])); return true;
+    case OP_SILU: *r = x[0] / (1 + exp(-x[0])); return true;
+    case OP_GELU: *r = gelu(x[0]); return true;
+    case OP_GELU_TANH: *r = gelu_tanh(x[0]); return true;
+    case OP_RELU: *r = x[0] > 0 ? x[0] : 0; return true;
+    default: break;
+    }
+    return fail(in, op, "not an elementwise op");
+}
+
+static bool is_elementwise(OpKind k) {
+    return (k >= OP_ADD && k <= OP_CAST) || (k >= OP_EXP && k <= OP_RELU);
+}
+
+/* ---- elementwise ops over tensors with broadcasting ---------------------- */
+
+/* Strides of t seen through a broadcast to a result of rank `rank`. */
+static void broadcast_strides(const Tensor *t, int rank, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        int ti = i - (rank - t->rank);
+        if (ti < 0) {
+            strides[i] = 0;
+            continue;
+        }
+        strides[i] = t->dims[ti] == 1 ? 0 : s;
+        s *= t->dims[ti];
+    }
+}
+
+static bool eval_elementwise(Interp *in, const Op *op) {
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    int n = op->noperands;
+    int64_t strides[3][MAX_RANK];
+    Tensor *args[3];
+    for (int i = 0; i < n; i++) {
+        args[i] = get(in, op->operands[i]);
+        broadcast_strides(args[i], r->rank, strides[i]);
+    }
+    ScalarKind k = op->operands[n - 1]->type->elem;
+    Pred pred = op->kind == OP_CMP ? pred_of(op) : P_LT;
+    int64_t idx[MAX_RANK] = {0};
+    for (int64_t e = 0; e < r->size; e++) {
+        double x[3];
+        for (int i = 0; i < n; i++) {
+            int64_t off = 0;
+            for (int d = 0; d < r->rank; d++)
+                off += idx[d] * strides[i][d];
+            x[i] = args[i]->data[off];
+        }
+        double v = 0;
+        if (!apply(in, op, pred, k, x, &v))
+            return false;
+        r->data[e] = store(in, r->dtype, v);
+        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+/* ---- hooks: a plan of slots, run once per score ------------------------- */
+
+typedef struct PlanOp {
+    const Op *op;
+    int result, operands[4];
+    Pred pred;
+    ScalarKind k;          /* operands' element type */
+    double value;          /* constants and dims */
+    Tensor *tensor;        /* attn.extract */
+} PlanOp;
+
+typedef struct Plan {
+    int nslots, nops;
+    PlanOp *ops;
+    int yield;             /* slot of the yielded value */
+    double *slots;
+} Plan;
+
+static bool plan_hook(Interp *in, const Op *hook, Plan *plan) {
+    const Block *b = hook->regions[0].blocks[0];
+    Map slot;
+    map_init(&slot, false);
+    int n = 0;
+    for (int i = 0; i < b->nargs; i++)
+        map_put(in->arena, &slot, b->args[i], (void *)(intptr_t)++n);
+    int nops = 0;
+    for_each_op(op, b) nops++;
+    plan->ops = NEW_ARRAY(in->arena, PlanOp, nops);
+    plan->nops = 0;
+    for_each_op(op, b) {
+        if (op->kind == OP_YIELD) {
+            plan->yield = (int)(intptr_t)map_get(&slot, op->operands[0]) - 1;
+            break;
+        }
+        PlanOp *p = &plan->ops[plan->nops++];
+        p->op = op;
+        for (int i = 0; i < op->noperands && i < 4; i++)
+            p->operands[i] = (int)(intptr_t)map_get(&slot, op->operands[i]) - 1;
+        p->k = op->noperands ? op->operands[op->noperands - 1]->type->elem : SK_NONE;
+        if (op->kind == OP_CMP)
+            p->pred = pred_of(op);
+        if (op->kind == OP_CONSTANT) {
+            Attr *v = op_attr(op, "value");
+            p->value = store(in, op->results[0]->type->elem, v->kind == AT_FLOAT ? v->f : (double)v->i);
+        } else if (op->kind == OP_DIM) {
+            p->value = (double)(intptr_t)map_get(&in->bind->dims, op_attr(op, "name")->s);
+            if (p->value <= 0)
+                return fail(in, op, "dimension '%s' is not bound", op_attr(op, "name")->s);
+        } else if (op->kind == OP_EXTRACT) {
+            p->tensor = get(in, op->operands[0]);
+            if (op->noperands - 1 > 4)
+                return fail(in, op, "the interpreter reads tensors of at most 4 dimensions in hooks");
+            for (int i = 1; i < op->noperands; i++)
+                p->operands[i - 1] = (int)(intptr_t)map_get(&slot, op->operands[i]) - 1;
+        } else if (!is_elementwise(op->kind)) {
+            return fail(in, op, "cannot run inside a hook");
+        }
+        p->result = n;
+        map_put(in->arena, &slot, op->results[0], (void *)(intptr_t)++n);
+    }
+    plan->nslots = n;
+    plan->slots = NEW_ARRAY(in->arena, double, n + 1);
+    return true;
+}
+
+/* Runs the plan with the hook's arguments already in slots 0..nargs-1. */
+static bool run_plan(Interp *in, Plan *plan, double *result) {
+    double *s = plan->slots;
+    for (int i = 0; i < plan->nops; i++) {
+        PlanOp *p = &plan->ops[i];
+        const Op *op = p->op;
+        double v = 0;
+        if (op->kind == OP_CONSTANT || op->kind == OP_DIM) {
+            v = p->value;
+        } else if (op->kind == OP_EXTRACT) {
+            int64_t off = 0;
+            for (int d = 0; d < p->tensor->rank; d++) {
+                double ix = s[p->operands[d]];
+                if (ix < 0 || ix >= (double)p->tensor->dims[d])
+                    return fail(in, op, "index %.0f is out of bounds for dimension %d of size %lld", ix,
+                                d, (long long)p->tensor->dims[d]);
+                off = off * p->tensor->dims[d] + (int64_t)ix;
+            }
+            v = p->tensor->data[off];
+        } else {
+            double x[3] = {0, 0, 0};
+            for (int j = 0; j < op->noperands && j < 3; j++)
+                x[j] = s[p->operands[j]];
+            if (!apply(in, op, p->pred, p->k, x, &v))
+                return false;
+        }
+        s[p->result] = store(in, op->results[0]->type->elem, v);
+    }
+    *result = s[plan->yield];
+    return true;
+}
+
+/* attn.score_mod and attn.mask: the hook over every (b, h, i, j). */
+static bool eval_hook(Interp *in, const Op *op) {
+    Tensor *x = get(in, op->operands[0]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    Plan plan = {0};
+    if (!plan_hook(in, op, &plan))
+        return false;
+    bool score = op->kind == OP_SCORE_MOD;
+    int64_t e = 0;
+    for (int64_t b = 0; b < x->dims[0]; b++)
+        for (int64_t h = 0; h < x->dims[1]; h++)
+            for (int64_t i = 0; i < x->dims[2]; i++)
+                for (int64_t j = 0; j < x->dims[3]; j++, e++) {
+                    double *a = plan.slots + (score ? 1 : 0);
+                    if (score)
+                        plan.slots[0] = store(in, SK_F32, x->data[e]);
+                    a[0] = (double)b, a[1] = (double)h, a[2] = (double)i, a[3] = (double)j;
+                    double v = 0;
+                    if (!run_plan(in, &plan, &v))
+                        return false;
+                    r->data[e] = score ? store(in, r->dtype, v) : v != 0 ? x->data[e] : -INFINITY;
+                }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+/* ---- structural tensor ops ---------------------------------------------- */
+
+static bool eval_matmul(Interp *in, const Op *op) {
+    Tensor *a = get(in, op->operands[0]), *b = get(in, op->operands[1]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    ScalarKind acc = op_attr(op, "acc")->type->elem;
+    int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1], N = b->dims[b->rank - 1];
+    int batch_rank = r->rank - 2;
+    /* batch strides of a and b (in matrices), broadcast to the result's batch */
+    Tensor ab = *a, bb = *b;
+    ab.rank -= 2;
+    bb.rank -= 2;
+    int64_t sa[MAX_RANK], sb[MAX_RANK], idx[MAX_RANK] = {0};
+    broadcast_strides(&ab, batch_rank, sa);
+    broadcast_strides(&bb, batch_rank, sb);
+    int64_t mn = M * N, nbatch = mn > 0 ? r->size / mn : 0;
+    for (int64_t bt = 0; bt < nbatch; bt++) {
+        int64_t oa = 0, ob = 0;
+        for (int d = 0; d < batch_rank; d++) {
+            oa += idx[d] * sa[d];
+            ob += idx[d] * sb[d];
+        }
+        const double *A = a->data + oa * M * K, *B = b->data + ob * K * N;
+        double *R = r->data + bt * M * N;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double sum = 0;
+                for (int64_t k = 0; k < K; k++)
+                    sum = store(in, acc, sum + A[m * K + k] * B[k * N + n]);
+                R[m * N + n] = store(in, r->dtype, sum);
+            }
+        for (int d = batch_rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_transpose(Interp *in, const Op *op) {
+    Tensor *x = get(in, op->operands[0]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    Attr *perm = op_attr(op, "perm");
+    int64_t xs[MAX_RANK], idx[MAX_RANK] = {0};
+    int64_t s = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+        xs[d] = s;
+        s *= x->dims[d];
+    }
+    for (int64_t e = 0; e < r->size; e++) {
+        int64_t off = 0;
+        for (int d = 0; d < r->rank; d++)
+            off += idx[d] * xs[perm->elems[d]->i];
+        r->data[e] = x->data[off];
+        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_expand_heads(Interp *in, const Op *op) {
+    Tensor *x = get(in, op->operands[0]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    int64_t hk = x->dims[1], hq = r->dims[1];
+    if (hq % hk)
+        return fail(in, op, "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)hq,
+                    (long long)hk);
+    int64_t group = hq / hk, inner = r->dims[2] * r->dims[3];
+    for (int64_t b = 0; b < r->dims[0]; b++)
+        for (int64_t h = 0; h < hq; h++)
+            memcpy(r->data + (b * hq + h) * inner, x->data + (b * hk + h / group) * inner,
+                   sizeof(double) * (size_t)inner);
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+/* softmax and reductions work on rows of the last dimension. */
+static bool eval_rows(Interp *in, const Op *op) {
+    Tensor *x = get(in, op->operands[0]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    int64_t n = x->dims[x->rank - 1], rows = n ? x->size / n : 0;
+    const char *kind = op->kind == OP_REDUCE ? op_attr(op, "kind")->s : "softmax";
+    for (int64_t row = 0; row < rows; row++) {
+        const double *v = x->data + row * n;
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; j++)
+            m = v[j] > m ? v[j] : m;
+        if (strcmp(kind, "max") == 0) {
+            r->data[row] = store(in, r->dtype, m);
+            continue;
+        }
+        if (strcmp(kind, "sum") == 0 || strcmp(kind, "mean") == 0) {
+            for (int64_t j = 0; j < n; j++)
+                sum += v[j];
+            r->data[row] = store(in, r->dtype, kind[0] == 'm' ? sum / (double)n : sum);
+            continue;
+        }
+        /* softmax / logsumexp; a row of only -inf is all masked */
+        if (m == -INFINITY) {
+            if (op->kind == OP_SOFTMAX)
+                memset(r->data + row * n, 0, sizeof(double) * (size_t)n);
+            else
+                r->data[row] = -INFINITY;
+            continue;
+        }
+        for (int64_t j = 0; j < n; j++)
+            sum += exp(v[j] - m);
+        if (op->kind == OP_REDUCE)
+            r->data[row] = store(in, r->dtype, m + log(sum));
+        else
+            for (int64_t j = 0; j < n; j++)
+                r->data[row * n + j] = store(in, r->dtype, exp(v[j] - m) / sum);
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_scalar_op(Interp *in, const Op *op) {
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    if (op->kind == OP_CONSTANT) {
+        Attr *v = op_attr(op, "value");
+        r->data[0] = store(in, r->dtype, v->kind == AT_FLOAT ? v->f : (double)v->i);
+    } else {  /* attn.dim */
+        intptr_t v = (intptr_t)map_get(&in->bind->dims, op_attr(op, "name")->s);
+        if (v <= 0)
+            return fail(in, op, "dimension '%s' is not bound", op_attr(op, "name")->s);
+        r->data[0] = (double)v;
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_op(Interp *in, const Op *op) {
+    switch (op->kind) {
+    case OP_MATMUL: return eval_matmul(in, op);
+    case OP_TRANSPOSE: return eval_transpose(in, op);
+    case OP_EXPAND_HEADS: return eval_expand_heads(in, op);
+    case OP_SCORE_MOD:
+    case OP_MASK: return eval_hook(in, op);
+    case OP_SOFTMAX:
+    case OP_REDUCE: return eval_rows(in, op);
+    case OP_CONSTANT:
+    case OP_DIM: return eval_scalar_op(in, op);
+    default:
+        if (is_elementwise(op->kind))
+            return eval_elementwise(in, op);
+        return fail(in, op, "the interpreter cannot run this op");
+    }
+}
+
+bool interp_func(Interp *in, const Op *func, Tensor **inputs, Tensor **outputs) {
+    const Block *body = op_body(func);
+    for (int i = 0; i < body->nargs; i++)
+        map_put(in->arena, &in->values, body->args[i], inputs[i]);
+    for_each_op(op, body) {
+        if (op->kind == OP_RETURN) {
+            for (int i = 0; i < op->noperands; i++)
+                outputs[i] = get(in, op->operands[i]);
+            return true;
+        }
+        if (!eval_op(in, op))
+            return false;
+    }
+    return fail(in, func, "the function has no return");
+}

@@ -1,0 +1,82 @@
+/* interp.h — the CPU reference interpreter: executes IR on small inputs so
+ * that CI, which has no GPU, can prove a pass keeps a program's meaning.
+ *
+ *   tensor.c   tensors, dtype rounding (f16/bf16/f32 emulated exactly),
+ *              the random inputs, comparison against a reference
+ *   eval.c     op-by-op evaluation of a builtin.func
+ *   run.c      `attnc run`: bind dims, make inputs, run, check
+ *
+ * Two modes: emulated (every value rounded to its IR type, accumulators in
+ * the declared precision, as the GPU will compute) and exact (float64
+ * everywhere: the reference). See doc/interpreter.md.
+ */
+#ifndef ATTNC_INTERP_H
+#define ATTNC_INTERP_H
+
+#include "ir/ir.h"
+
+enum { MAX_RANK = 8 };
+
+typedef struct Tensor {
+    ScalarKind dtype;
+    int rank;
+    int64_t dims[MAX_RANK];
+    int64_t size;      /* number of elements */
+    double *data;      /* row-major; integers and bools stored exactly */
+} Tensor;
+
+/* ---- tensor.c ----------------------------------------------------------- */
+
+Tensor *tensor_new(Arena *a, ScalarKind dtype, int rank, const int64_t *dims);
+/* Rounds x to dtype: IEEE round-to-nearest-even with subnormals and
+ * overflow to infinity for f16, bf16 and f32; truncation for integers. */
+double round_to(ScalarKind dtype, double x);
+
+typedef struct Rng {
+    uint64_t state;
+} Rng;
+double rng_normal(Rng *r);
+uint64_t rng_next(Rng *r);
+
+/* ---- eval.c ------------------------------------------------------------- */
+
+typedef struct Bindings {
+    Map dims;          /* symbolic dimension name -> (void *)(intptr_t)value */
+} Bindings;
+
+typedef struct Interp {
+    Arena *arena;
+    Diag *diag;
+    bool exact;        /* float64 reference: no rounding anywhere */
+    Bindings *bind;
+    Map values;        /* Value* -> Tensor* */
+    bool failed;
+} Interp;
+
+/* The concrete shape of type t under the bindings; false (reported) when a
+ * dimension is unbound or the rank is too large. */
+bool concrete_shape(Interp *in, const Type *t, int64_t *dims);
+
+/* Runs func on inputs (one per input, in order); fills outputs (one per
+ * output). False (reported) on a run-time error. */
+bool interp_func(Interp *in, const Op *func, Tensor **inputs, Tensor **outputs);
+
+/* ---- run.c -------------------------------------------------------------- */
+
+typedef struct RunOptions {
+    const char **bind_names;
+    int64_t *bind_values;
+    int nbinds;
+    uint64_t seed;
+    bool check;
+    bool quiet;        /* only failures */
+    const Map *consts; /* the program's constant names, which -D may also set */
+} RunOptions;
+
+/* Runs every func of `lowered` on random inputs; with opts.check, compares
+ * each output with the exact evaluation of the same func in `reference`.
+ * Prints a line per output to out. Returns false on any failure. */
+bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered,
+                       const RunOptions *opts, FILE *out);
+
+#endif

@@ -1,0 +1,232 @@
+/* run.c — `attnc run`: binds dimensions, makes seeded random inputs, runs
+ * every block, and with --check compares each output against the exact
+ * (float64) evaluation of the unoptimised attn IR. */
+#include "interp/interp.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- dimensions ---------------------------------------------------------- */
+
+/* Unbound dimensions take small defaults: 2 for names starting with B or H
+ * (batch, heads), 17 (a length no tile size divides) for the rest. */
+static int64_t default_dim(const char *name) { return name[0] == 'B' || name[0] == 'H' ? 2 : 17; }
+
+static void collect_dims(const Type *t, Arena *a, Map *seen, PtrVec *order) {
+    if (t->kind == TY_SCALAR)
+        return;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i].sym && !map_get(seen, t->dims[i].sym)) {
+            map_put(a, seen, t->dims[i].sym, (void *)1);
+            vec_push(a, order, (void *)t->dims[i].sym);
+        }
+}
+
+static void collect_op_dims(const Op *op, Arena *a, Map *seen, PtrVec *order) {
+    for (int i = 0; i < op->nresults; i++)
+        collect_dims(op->results[i]->type, a, seen, order);
+    if (op->kind == OP_DIM)
+        collect_dims(&(Type){.kind = TY_TENSOR, .rank = 1,
+                             .dims = &(Dim){op_attr(op, "name")->s, 0}}, a, seen, order);
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++) {
+            const Block *blk = op->regions[r].blocks[b];
+            for (int i = 0; i < blk->nargs; i++)
+                collect_dims(blk->args[i]->type, a, seen, order);
+            for_each_op(inner, blk) collect_op_dims(inner, a, seen, order);
+        }
+}
+
+/* ---- inputs and comparison ----------------------------------------------- */
+
+static Tensor *random_input(Interp *in, const Type *t, Rng *rng) {
+    int64_t dims[MAX_RANK];
+    if (!concrete_shape(in, t, dims))
+        return NULL;
+    Tensor *x = tensor_new(in->arena, t->elem, t->kind == TY_SCALAR ? 0 : t->rank, dims);
+    for (int64_t e = 0; e < x->size; e++)
+        x->data[e] = scalar_is_float(t->elem) ? round_to(t->elem, rng_normal(rng))
+                                              : (double)(rng_next(rng) % 5);   /* indices 0..4 */
+    return x;
+}
+
+/* The fixed part of the documented tolerance (doc/interpreter.md): every
+ * element must satisfy |got - want| <= tol * (|want| + rms(want)); tol follows
+ * from the output's dtype and the block's accumulator precision. */
+static double tolerance(ScalarKind out, bool f16_acc) {
+    double t = out == SK_BF16 ? 1.6e-2 : out == SK_F16 ? 4e-3 : 1e-3;
+    return f16_acc ? t * 8 : t;
+}
+
+static bool uses_f16_acc(const Op *func) {
+    for_each_op(op, op_body(func)) {
+        Attr *acc = op_attr(op, "acc");
+        if (acc && acc->kind == AT_TYPE && acc->type->elem == SK_F16)
+            return true;
+    }
+    return false;
+}
+
+typedef struct Worst {
+    double err;      /* |got - want| / (|want| + rms(want)) */
+    int64_t at;
+    double got, want;
+} Worst;
+
+static Worst compare(const Tensor *got, const Tensor *want) {
+    double sq = 0;
+    int64_t finite = 0;
+    for (int64_t e = 0; e < want->size; e++)
+        if (isfinite(want->data[e])) {
+            sq += want->data[e] * want->data[e];
+            finite++;
+        }
+    double rms = finite ? sqrt(sq / (double)finite) : 0;
+    if (rms == 0)
+        rms = 1;
+    Worst w = {-1, 0, 0, 0};
+    for (int64_t e = 0; e < want->size; e++) {
+        double g = got->data[e], x = want->data[e], err;
+        if (isnan(g) || isnan(x))
+            err = isnan(g) && isnan(x) ? 0 : INFINITY;
+        else if (isinf(x) || isinf(g))
+            err = g == x ? 0 : INFINITY;
+        else
+            err = fabs(g - x) / (fabs(x) + rms);
+        if (err > w.err)
+            w = (Worst){err, e, g, x};
+    }
+    if (w.err < 0)
+        w.err = 0;   /* an empty tensor */
+    return w;
+}
+
+static void print_index(FILE *out, const Tensor *t, int64_t e) {
+    int64_t idx[MAX_RANK];
+    for (int d = t->rank - 1; d >= 0; d--) {
+        idx[d] = e % t->dims[d];
+        e /= t->dims[d];
+    }
+    fputc('[', out);
+    for (int d = 0; d < t->rank; d++)
+        fprintf(out, "%s%lld", d ? ", " : "", (long long)idx[d]);
+    fputc(']', out);
+}
+
+static void print_summary(FILE *out, const Tensor *t) {
+    double sum = 0, amax = 0;
+    int64_t finite = 0;
+    for (int64_t e = 0; e < t->size; e++)
+        if (isfinite(t->data[e])) {
+            sum += t->data[e];
+            amax = fabs(t->data[e]) > amax ? fabs(t->data[e]) : amax;
+            finite++;
+        }
+    fprintf(out, "%s[", scalar_name(t->dtype));
+    for (int d = 0; d < t->rank; d++)
+        fprintf(out, "%s%lld", d ? ", " : "", (long long)t->dims[d]);
+    fprintf(out, "] mean %.6g, max |x| %.6g, %lld of %lld finite", finite ? sum / (double)finite : 0.0,
+            amax, (long long)finite, (long long)t->size);
+}
+
+/* ---- the run ------------------------------------------------------------- */
+
+static const Op *find_func(const Op *module, const char *name) {
+    for_each_op(f, op_body(module))
+        if (strcmp(op_attr(f, "sym_name")->s, name) == 0)
+            return f;
+    return NULL;
+}
+
+static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op *low,
+                     const RunOptions *opts, FILE *out) {
+    const char *name = op_attr(low, "sym_name")->s;
+    Attr *out_names = op_attr(low, "outputs");
+    Interp run = {.arena = a, .diag = d, .bind = bind};
+    map_init(&run.values, false);
+    Rng rng = {opts->seed * 0x9E3779B97F4A7C15ull + 1};
+    const Block *body = op_body(low);
+    Tensor **inputs = NEW_ARRAY(a, Tensor *, body->nargs + 1);
+    for (int i = 0; i < body->nargs; i++)
+        if (!(inputs[i] = random_input(&run, body->args[i]->type, &rng)))
+            return false;
+    Tensor **got = NEW_ARRAY(a, Tensor *, out_names->n + 1);
+    if (!interp_func(&run, low, inputs, got))
+        return false;
+    /* --check: the exact evaluation of the unoptimised program, and the
+     * unoptimised program at the lowered one's precisions (the baseline). */
+    Tensor **want = NULL, **base = NULL;
+    if (opts->check) {
+        Interp exact = {.arena = a, .diag = d, .bind = bind, .exact = true};
+        Interp plain = {.arena = a, .diag = d, .bind = bind};
+        map_init(&exact.values, false);
+        map_init(&plain.values, false);
+        want = NEW_ARRAY(a, Tensor *, out_names->n + 1);
+        base = NEW_ARRAY(a, Tensor *, out_names->n + 1);
+        if (!interp_func(&exact, ref, inputs, want) || !interp_func(&plain, ref, inputs, base))
+            return false;
+    }
+    bool ok = true, f16_acc = uses_f16_acc(ref);
+    for (int i = 0; i < out_names->n; i++) {
+        const char *oname = out_names->elems[i]->s;
+        if (!opts->check) {
+            fprintf(out, "%s.%s: ", name, oname);
+            print_summary(out, got[i]);
+            fputc('\n', out);
+            continue;
+        }
+        /* The FlashAttention rule, on the CPU: no worse than twice the
+         * unoptimised program at the same precisions, and never worse than
+         * the fixed tolerance unless that baseline is too. */
+        double base_err = compare(base[i], want[i]).err;
+        double tol = fmax(tolerance(want[i]->dtype, f16_acc), 2 * base_err);
+        Worst w = compare(got[i], want[i]);
+        bool pass = w.err <= tol;
+        ok &= pass;
+        if (pass && opts->quiet)
+            continue;
+        fprintf(out, "%s %s.%s: max error %.3g (tolerance %.3g; unoptimised %.3g) at ", pass ? "ok  " : "FAIL",
+                name, oname, w.err, tol, base_err);
+        print_index(out, want[i], w.at);
+        fprintf(out, ": got %.9g, want %.9g\n", w.got, w.want);
+    }
+    return ok;
+}
+
+bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered,
+                       const RunOptions *opts, FILE *out) {
+    /* Bind every symbolic dimension: from -D, else its default. */
+    Map seen;
+    map_init(&seen, true);
+    PtrVec order = {0};
+    collect_op_dims(lowered, a, &seen, &order);
+    collect_op_dims(reference, a, &seen, &order);
+    Bindings bind;
+    map_init(&bind.dims, true);
+    for (int i = 0; i < order.len; i++)
+        map_put(a, &bind.dims, order.items[i], (void *)(intptr_t)default_dim(order.items[i]));
+    for (int i = 0; i < opts->nbinds; i++) {
+        const char *name = opts->bind_names[i];
+        if (map_get(&seen, name))
+            map_put(a, &bind.dims, name, (void *)(intptr_t)opts->bind_values[i]);
+        else if (!opts->consts || !map_get(opts->consts, name))
+            diag_warning(d, NULL, (Loc){0}, "-D %s: the program has no dimension or constant '%s'",
+                         name, name);
+    }
+    if (!opts->quiet && order.len) {
+        fputs("dims:", out);
+        for (int i = 0; i < order.len; i++)
+            fprintf(out, " %s=%lld", (char *)order.items[i],
+                    (long long)(intptr_t)map_get(&bind.dims, order.items[i]));
+        fputc('\n', out);
+    }
+    bool ok = true;
+    for_each_op(low, op_body(lowered)) {
+        const Op *ref = find_func(reference, op_attr(low, "sym_name")->s);
+        if (!ref)
+            die("run: no reference for a lowered function");
+        int errors = d->errors;
+        ok &= run_func(a, d, &bind, ref, low, opts, out) && d->errors == errors;
+    }
+    return ok;
+}

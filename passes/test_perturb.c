@@ -1,0 +1,24 @@
+/* test_perturb.c — a deliberately wrong pass, for tests only: it scales every
+ * float constant by 1.01. `attnc-opt -passes=test-perturb-constants
+ * -interpret-check` must fail on any program whose result depends on one:
+ * proof that the interpreter's check can fail.
+ *
+ *   %c = arith.constant {value = 0.125} : f32
+ * becomes
+ *   %c = arith.constant {value = 0.12625} : f32
+ */
+#include "passes/passes.h"
+
+static void perturb(Op *op, Arena *a) {
+    Attr *v = op->kind == OP_CONSTANT ? op_attr(op, "value") : NULL;
+    if (v && v->kind == AT_FLOAT)
+        op_set_attr(a, op, "value", attr_float(a, v->f * 1.01));
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for_each_op(inner, op->regions[r].blocks[b]) perturb(inner, a);
+}
+
+bool pass_test_perturb_constants(Op *module, PassContext *ctx) {
+    perturb(module, ctx->arena);
+    return true;
+}

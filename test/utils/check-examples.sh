@@ -1,0 +1,22 @@
+#!/bin/sh
+# check-examples.sh ATTNC EXAMPLES_DIR
+# Runs every example through `attnc run --check` on ragged sizes and several
+# seeds: the lowered program must agree with the float64 evaluation of the
+# unoptimised one. Sizes are kept small enough for CI (a few seconds each).
+set -e
+attnc=$1 dir=$2
+small="-D DIM=64 -D FF=96 -D HIDDEN=64 -D B=2 -D H=3"
+n=0
+for f in "$dir"/*.attn; do
+  for len in 1 17 113; do
+    for seed in 1 2; do
+      "$attnc" run "$f" --check -q --seed $seed $small -D N=$len -D T=$len -D NQ=$len -D NK=$((len + 6)) 2>/dev/null ||
+        { echo "FAILED: $f N=$len seed=$seed"; "$attnc" run "$f" --check --seed $seed $small -D N=$len -D T=$len -D NQ=$len -D NK=$((len + 6)); exit 1; }
+      n=$((n + 1))
+    done
+  done
+done
+# one longer sequence, and a batch of 3, on the cheapest attention example
+"$attnc" run "$dir/mha.attn" --check -q -D N=257 -D B=3
+n=$((n + 1))
+echo "checked $n runs"
