@@ -221,8 +221,7 @@ typedef struct Plan {
     double *slots;
 } Plan;
 
-static bool plan_hook(Interp *in, const Op *hook, Plan *plan) {
-    const Block *b = hook->regions[0].blocks[0];
+static bool plan_region(Interp *in, const Block *b, Plan *plan) {
     Map slot;
     map_init(&slot, false);
     int n = 0;
@@ -307,7 +306,7 @@ static bool eval_hook(Interp *in, const Op *op) {
     if (!r)
         return false;
     Plan plan = {0};
-    if (!plan_hook(in, op, &plan))
+    if (!plan_region(in, op->regions[0].blocks[0], &plan))
         return false;
     bool score = op->kind == OP_SCORE_MOD;
     int64_t e = 0;
@@ -470,6 +469,157 @@ static bool eval_scalar_op(Interp *in, const Op *op) {
     return true;
 }
 
+/* ---- fused ops: the same arithmetic, in the same order, as the ops they
+ * replace, so that fusion keeps results bit for bit in emulation ---------- */
+
+/* attn.attention: per (b, h, i), the score row in `acc`, the hooks, the
+ * softmax, P rounded to q's type, P·V in `acc`; lse from the masked row. */
+static bool eval_attention(Interp *in, const Op *op) {
+    Tensor *q = get(in, op->operands[0]), *k = get(in, op->operands[1]), *v = get(in, op->operands[2]);
+    Tensor *o = new_result(in, op);
+    Tensor *lse = NULL;
+    if (!o)
+        return false;
+    if (op->nresults == 2) {
+        int64_t dims[MAX_RANK];
+        if (!concrete_shape(in, op->results[1]->type, dims))
+            return false;
+        lse = tensor_new(in->arena, SK_F32, 3, dims);
+    }
+    ScalarKind acc = op_attr(op, "acc")->type->elem;
+    double scale = store(in, acc, op_attr(op, "scale")->f);
+    Plan score = {0}, mask = {0};
+    bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[1].nblocks > 0;
+    if ((has_score && !plan_region(in, op->regions[0].blocks[0], &score)) ||
+        (has_mask && !plan_region(in, op->regions[1].blocks[0], &mask)))
+        return false;
+    int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
+    int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
+    if (H % HK)
+        return fail(in, op, "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)H,
+                    (long long)HK);
+    double *s = NEW_ARRAY(in->arena, double, NK + 1), *p = NEW_ARRAY(in->arena, double, NK + 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t kh = h / (H / HK);
+            const double *Q = q->data + (b * H + h) * NQ * D;
+            const double *K = k->data + (b * HK + kh) * NK * D, *V = v->data + (b * HK + kh) * NK * DV;
+            for (int64_t i = 0; i < NQ; i++) {
+                double m = -INFINITY;
+                for (int64_t j = 0; j < NK; j++) {
+                    double sum = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        sum = store(in, acc, sum + Q[i * D + d] * K[j * D + d]);
+                    double x = store(in, acc, sum * scale);
+                    if (has_score) {
+                        score.slots[0] = store(in, SK_F32, x);
+                        score.slots[1] = (double)b, score.slots[2] = (double)h;
+                        score.slots[3] = (double)i, score.slots[4] = (double)j;
+                        if (!run_plan(in, &score, &x))
+                            return false;
+                        x = store(in, acc, x);
+                    }
+                    if (has_mask) {
+                        double keep;
+                        mask.slots[0] = (double)b, mask.slots[1] = (double)h;
+                        mask.slots[2] = (double)i, mask.slots[3] = (double)j;
+                        if (!run_plan(in, &mask, &keep))
+                            return false;
+                        if (keep == 0)
+                            x = -INFINITY;
+                    }
+                    s[j] = x;
+                    m = x > m ? x : m;
+                }
+                double total = 0;
+                for (int64_t j = 0; j < NK && m != -INFINITY; j++)
+                    total += exp(s[j] - m);
+                for (int64_t j = 0; j < NK; j++)  /* softmax in acc, then P in q's type */
+                    p[j] = m == -INFINITY ? 0 : store(in, q->dtype, store(in, acc, exp(s[j] - m) / total));
+                if (lse) {
+                    double lm = -INFINITY, lt = 0;   /* logsumexp of the f32 scores */
+                    for (int64_t j = 0; j < NK; j++) {
+                        s[j] = store(in, SK_F32, s[j]);
+                        lm = s[j] > lm ? s[j] : lm;
+                    }
+                    for (int64_t j = 0; j < NK && lm != -INFINITY; j++)
+                        lt += exp(s[j] - lm);
+                    lse->data[(b * H + h) * NQ + i] = lm == -INFINITY ? -INFINITY : store(in, SK_F32, lm + log(lt));
+                }
+                double *O = o->data + ((b * H + h) * NQ + i) * DV;
+                for (int64_t d = 0; d < DV; d++) {
+                    double sum = 0;
+                    for (int64_t j = 0; j < NK; j++)
+                        sum = store(in, acc, sum + p[j] * V[j * DV + d]);
+                    O[d] = store(in, o->dtype, sum);
+                }
+            }
+        }
+    map_put(in->arena, &in->values, op->results[0], o);
+    if (lse)
+        map_put(in->arena, &in->values, op->results[1], lse);
+    return true;
+}
+
+/* attn.fused_gemm: each product a @ b_i (b_i a 2-D weight) as attn.matmul
+ * computes it, rounded to the region's argument type; then the region per
+ * output element. */
+static bool eval_fused_gemm(Interp *in, const Op *op) {
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    const Block *blk = op->regions[0].blocks[0];
+    int n = (int)op_attr(op, "num_b")->i, nextra = op->noperands - 1 - n;
+    ScalarKind acc = op_attr(op, "acc")->type->elem;
+    Tensor *a = get(in, op->operands[0]);
+    int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1], N = r->dims[r->rank - 1];
+    Tensor **prod = NEW_ARRAY(in->arena, Tensor *, n);
+    for (int i = 0; i < n; i++) {
+        Tensor *b = get(in, op->operands[1 + i]);
+        prod[i] = tensor_new(in->arena, blk->args[i]->type->elem, r->rank, r->dims);
+        int64_t mn = M * N, nbatch = mn > 0 ? r->size / mn : 0;
+        for (int64_t bt = 0; bt < nbatch; bt++) {   /* b is a 2-D weight: no batch */
+            const double *A = a->data + bt * M * K, *Bm = b->data;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t c = 0; c < N; c++) {
+                    double sum = 0;
+                    for (int64_t k2 = 0; k2 < K; k2++)
+                        sum = store(in, acc, sum + A[m * K + k2] * Bm[k2 * N + c]);
+                    prod[i]->data[(bt * M + m) * N + c] = store(in, prod[i]->dtype, sum);
+                }
+        }
+    }
+    Plan plan = {0};
+    if (!plan_region(in, blk, &plan))
+        return false;
+    int64_t strides[16][MAX_RANK], idx[MAX_RANK] = {0};
+    if (nextra > 16)
+        return fail(in, op, "the interpreter takes at most 16 extra operands");
+    Tensor **extra = NEW_ARRAY(in->arena, Tensor *, nextra + 1);
+    for (int i = 0; i < nextra; i++) {
+        extra[i] = get(in, op->operands[1 + n + i]);
+        broadcast_strides(extra[i], r->rank, strides[i]);
+    }
+    for (int64_t e = 0; e < r->size; e++) {
+        for (int i = 0; i < n; i++)
+            plan.slots[i] = prod[i]->data[e];
+        for (int i = 0; i < nextra; i++) {
+            int64_t off = 0;
+            for (int d = 0; d < r->rank; d++)
+                off += idx[d] * strides[i][d];
+            plan.slots[n + i] = extra[i]->data[off];
+        }
+        double x;
+        if (!run_plan(in, &plan, &x))
+            return false;
+        r->data[e] = store(in, r->dtype, x);
+        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
 static bool eval_op(Interp *in, const Op *op) {
     switch (op->kind) {
     case OP_MATMUL: return eval_matmul(in, op);
@@ -481,6 +631,8 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_REDUCE: return eval_rows(in, op);
     case OP_CONSTANT:
     case OP_DIM: return eval_scalar_op(in, op);
+    case OP_ATTENTION: return eval_attention(in, op);
+    case OP_FUSED_GEMM: return eval_fused_gemm(in, op);
     default:
         if (is_elementwise(op->kind))
             return eval_elementwise(in, op);

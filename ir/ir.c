@@ -322,3 +322,59 @@ Op *module_create(Arena *a) {
     region_add_block(a, &m->regions[0]);
     return m;
 }
+
+/* ---- rewriting ----------------------------------------------------------- */
+
+void op_unlink(Op *op) {
+    Block *b = op->parent;
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        b->first = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        b->last = op->prev;
+    op->prev = op->next = NULL;
+    op->parent = NULL;
+}
+
+void op_insert_before(Op *anchor, Op *op) {
+    Block *b = anchor->parent;
+    op->parent = b;
+    op->next = anchor;
+    op->prev = anchor->prev;
+    if (anchor->prev)
+        anchor->prev->next = op;
+    else
+        b->first = op;
+    anchor->prev = op;
+}
+
+void count_uses(const Op *root, Map *uses, Arena *a) {
+    for (int i = 0; i < root->noperands; i++) {
+        intptr_t n = (intptr_t)map_get(uses, root->operands[i]);
+        map_put(a, uses, root->operands[i], (void *)(n + 1));
+    }
+    for (int r = 0; r < root->nregions; r++)
+        for (int b = 0; b < root->regions[r].nblocks; b++)
+            for_each_op(op, root->regions[r].blocks[b]) count_uses(op, uses, a);
+}
+
+void replace_all_uses(Op *root, const Value *from, Value *to) {
+    for (int i = 0; i < root->noperands; i++)
+        if (root->operands[i] == from)
+            root->operands[i] = to;
+    for (int r = 0; r < root->nregions; r++)
+        for (int b = 0; b < root->regions[r].nblocks; b++)
+            for_each_op(op, root->regions[r].blocks[b]) replace_all_uses(op, from, to);
+}
+
+void region_take(Region *to, Region *from) {
+    to->nblocks = from->nblocks;
+    to->blocks = from->blocks;
+    for (int b = 0; b < to->nblocks; b++)
+        to->blocks[b]->parent = to;
+    from->nblocks = 0;
+    from->blocks = NULL;
+}

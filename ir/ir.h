@@ -166,6 +166,16 @@ Attr *op_attr(const Op *op, const char *name);
 Block *region_add_block(Arena *a, Region *r);
 Value *block_add_arg(Arena *a, Block *b, Type *type, const char *name);
 void block_append(Block *b, Op *op);
+/* Rewriting. */
+void op_unlink(Op *op);                       /* out of its block */
+void op_insert_before(Op *anchor, Op *op);
+/* Counts the uses of every value under root: Value* -> (void *)(intptr_t)count. */
+void count_uses(const Op *root, Map *uses, Arena *a);
+/* Replaces every use of `from` under root with `to`. */
+void replace_all_uses(Op *root, const Value *from, Value *to);
+/* Moves the blocks of `from` into `to` (which must have none). */
+void region_take(Region *to, Region *from);
+
 /* The single block of a module or func body. */
 Block *op_body(const Op *op);
 Op *module_create(Arena *a);

@@ -107,34 +107,45 @@ static bool same_elem_as_result(Verifier *v, const Op *op, int first_operand) {
     return true;
 }
 
-/* The one block of a hook region, with its argument types and its yield. */
-static void verify_hook(Verifier *v, const Op *op, int nscore_args, ScalarKind yield_type) {
-    const Region *r = &op->regions[0];
+/* A hook region: one block with the given argument types, yielding `yield_type`.
+ * An optional hook (attn.attention's) may have no block at all. */
+static bool verify_region_signature(Verifier *v, const Op *op, int region, int nargs,
+                                    const ScalarKind *args, ScalarKind yield_type, bool optional) {
+    const Region *r = &op->regions[region];
+    if (optional && r->nblocks == 0)
+        return true;
     if (r->nblocks != 1) {
-        op_error(v, op, "hook region must have exactly one block");
-        return;
+        op_error(v, op, "region %d must have exactly one block", region);
+        return false;
     }
     const Block *b = r->blocks[0];
-    int want = nscore_args + 4;
-    if (b->nargs != want) {
-        op_error(v, op, "hook block needs %d arguments (%s), has %d", want,
-                 nscore_args ? "s: f32, b, h, i, j: index" : "b, h, i, j: index", b->nargs);
-        return;
+    if (b->nargs != nargs) {
+        op_error(v, op, "region %d block needs %d arguments, has %d", region, nargs, b->nargs);
+        return false;
     }
-    for (int i = 0; i < b->nargs; i++) {
-        ScalarKind k = i < nscore_args ? SK_F32 : SK_INDEX;
-        if (b->args[i]->type->kind != TY_SCALAR || b->args[i]->type->elem != k) {
-            op_error(v, op, "hook argument %d must be %s", i, scalar_name(k));
-            return;
+    for (int i = 0; i < b->nargs; i++)
+        if (b->args[i]->type->kind != TY_SCALAR || b->args[i]->type->elem != args[i]) {
+            op_error(v, op, "region %d argument %d must be %s", region, i, scalar_name(args[i]));
+            return false;
         }
-    }
     const Op *y = b->last;
     if (y && y->kind == OP_YIELD && y->noperands == 1) {
         const Type *t = y->operands[0]->type;
-        if (t->kind != TY_SCALAR || t->elem != yield_type)
-            op_error(v, op, "hook must yield %s, yields %s", scalar_name(yield_type), type_str(v, t));
+        if (t->kind != TY_SCALAR || t->elem != yield_type) {
+            op_error(v, op, "region %d must yield %s, yields %s", region, scalar_name(yield_type),
+                     type_str(v, t));
+            return false;
+        }
     }
+    return true;
+}
+
+static const ScalarKind score_args[5] = {SK_F32, SK_INDEX, SK_INDEX, SK_INDEX, SK_INDEX};
+
+static void verify_hook(Verifier *v, const Op *op, int nscore_args, ScalarKind yield_type) {
     const Type *in = op->operands[0]->type, *out = op->results[0]->type;
+    if (!verify_region_signature(v, op, 0, nscore_args + 4, score_args + 1 - nscore_args, yield_type, false))
+        return;
     if (!is_tensor(in) || in->rank != 4 || !scalar_is_float(in->elem))
         op_error(v, op, "operand must be a rank-4 float tensor of scores, not %s", type_str(v, in));
     else if (!type_equal(in, out))
@@ -205,8 +216,9 @@ static void verify_return_(Verifier *v, Op *op) {
 
 static void verify_yield(Verifier *v, Op *op) {
     Op *parent = op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
-    if (!parent || (parent->kind != OP_SCORE_MOD && parent->kind != OP_MASK))
-        op_error(v, op, "must be the terminator of an attn.score_mod or attn.mask hook");
+    if (!parent || (parent->kind != OP_SCORE_MOD && parent->kind != OP_MASK &&
+                    parent->kind != OP_ATTENTION && parent->kind != OP_FUSED_GEMM))
+        op_error(v, op, "must end a region of attn.score_mod, attn.mask, attn.attention or attn.fused_gemm");
 }
 
 static void verify_matmul(Verifier *v, Op *op) {
@@ -290,6 +302,82 @@ static void verify_expand_heads(Verifier *v, Op *op) {
 }
 
 static void verify_score_mod(Verifier *v, Op *op) { verify_hook(v, op, 1, SK_F32); }
+
+/* attn.attention(q, k, v) ({score}, {mask}) {acc, scale} : o [, lse] */
+static void verify_attention(Verifier *v, Op *op) {
+    const Type *q = op->operands[0]->type, *k = op->operands[1]->type, *vt = op->operands[2]->type;
+    if (!is_tensor(q) || !is_tensor(k) || !is_tensor(vt) || q->rank != 4 || k->rank != 4 || vt->rank != 4 ||
+        q->elem != k->elem || q->elem != vt->elem) {
+        op_error(v, op, "q, k and v must be rank-4 tensors of one element type");
+        return;
+    }
+    Attr *acc = op_attr(op, "acc"), *scale = op_attr(op, "scale");
+    if (!acc || acc->kind != AT_TYPE || !scale || scale->kind != AT_FLOAT) {
+        op_error(v, op, "needs attributes 'acc' (a type) and 'scale' (a float)");
+        return;
+    }
+    if (op->nresults < 1 || op->nresults > 2) {
+        op_error(v, op, "has o and optionally lse as results, not %d results", op->nresults);
+        return;
+    }
+    Dim o_dims[4] = {q->dims[0], q->dims[1], q->dims[2], vt->dims[3]};
+    Type o = {.kind = TY_TENSOR, .elem = q->elem, .rank = 4, .dims = o_dims};
+    Type lse = {.kind = TY_TENSOR, .elem = SK_F32, .rank = 3, .dims = o_dims};
+    if (!type_equal(op->results[0]->type, &o))
+        op_error(v, op, "o must be %s", type_str(v, &o));
+    if (op->nresults == 2 && !type_equal(op->results[1]->type, &lse))
+        op_error(v, op, "lse must be %s", type_str(v, &lse));
+    if (!dim_equal(k->dims[2], vt->dims[2]) || !dim_equal(q->dims[3], k->dims[3]) ||
+        !dim_equal(k->dims[1], vt->dims[1]))
+        op_error(v, op, "k and v must agree in heads and length, q and k in head dimension");
+    verify_region_signature(v, op, 0, 5, score_args, SK_F32, true);
+    verify_region_signature(v, op, 1, 4, score_args + 1, SK_I1, true);
+}
+
+/* attn.fused_gemm(a, b0..b{n-1}, e0, ...) ({^bb0(p0.., e0..): ...}) {acc, num_b}:
+ * the products a @ b_i and the extra operands' elements, combined by the region. */
+static void verify_fused_gemm(Verifier *v, Op *op) {
+    Attr *nb = op_attr(op, "num_b"), *acc = op_attr(op, "acc");
+    if (!nb || nb->kind != AT_INT || nb->i < 1 || nb->i >= op->noperands || !acc || acc->kind != AT_TYPE) {
+        op_error(v, op, "needs attributes 'num_b' (1 to operands - 1) and 'acc'");
+        return;
+    }
+    const Type *a = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tensor(a) || !is_tensor(r) || a->rank < 2 || r->rank != a->rank) {
+        op_error(v, op, "operand 0 and the result must be tensors of one rank, 2 or more");
+        return;
+    }
+    for (int i = 0; i < a->rank - 1; i++)
+        if (!dim_equal(a->dims[i], r->dims[i])) {
+            op_error(v, op, "the result's leading dimensions must be operand 0's");
+            return;
+        }
+    int n = (int)nb->i, nextra = op->noperands - 1 - n;
+    ScalarKind *args = NEW_ARRAY(&v->arena, ScalarKind, n + nextra + 1);
+    for (int i = 0; i < n; i++) {
+        const Type *b = op->operands[1 + i]->type;
+        if (!is_tensor(b) || b->rank != 2 || b->elem != a->elem ||
+            !dim_equal(a->dims[a->rank - 1], b->dims[b->rank - 2]) ||
+            !dim_equal(b->dims[b->rank - 1], r->dims[r->rank - 1])) {
+            op_error(v, op, "operand %d must be a [K, N] weight for a %s and a %s result", 1 + i,
+                     type_str(v, a), type_str(v, r));
+            return;
+        }
+    }
+    const Block *blk = op->regions[0].nblocks == 1 ? op->regions[0].blocks[0] : NULL;
+    for (int i = 0; i < n; i++)  /* products arrive in the region's declared types */
+        args[i] = blk && blk->nargs == n + nextra ? blk->args[i]->type->elem : SK_F32;
+    for (int i = 0; i < nextra; i++) {
+        const Type *e = op->operands[1 + n + i]->type;
+        if (!broadcasts_to(e, r)) {
+            op_error(v, op, "operand %d of type %s does not broadcast to the result type %s", 1 + n + i,
+                     type_str(v, e), type_str(v, r));
+            return;
+        }
+        args[n + i] = e->elem;
+    }
+    verify_region_signature(v, op, 0, n + nextra, args, r->elem, false);
+}
 static void verify_mask(Verifier *v, Op *op) { verify_hook(v, op, 0, SK_I1); }
 
 static void verify_same_type(Verifier *v, Op *op) {

@@ -12,16 +12,6 @@
  */
 #include "passes/passes.h"
 
-static void count_uses(Op *op, Map *uses, Arena *a) {
-    for (int i = 0; i < op->noperands; i++) {
-        intptr_t n = (intptr_t)map_get(uses, op->operands[i]);
-        map_put(a, uses, op->operands[i], (void *)(n + 1));
-    }
-    for (int r = 0; r < op->nregions; r++)
-        for (int b = 0; b < op->regions[r].nblocks; b++)
-            for_each_op(inner, op->regions[r].blocks[b]) count_uses(inner, uses, a);
-}
-
 static void release_uses(Op *op, Map *uses, Arena *a) {
     for (int i = 0; i < op->noperands; i++) {
         intptr_t n = (intptr_t)map_get(uses, op->operands[i]);
@@ -30,18 +20,6 @@ static void release_uses(Op *op, Map *uses, Arena *a) {
     for (int r = 0; r < op->nregions; r++)
         for (int b = 0; b < op->regions[r].nblocks; b++)
             for_each_op(inner, op->regions[r].blocks[b]) release_uses(inner, uses, a);
-}
-
-static void unlink_op(Op *op) {
-    Block *b = op->parent;
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        b->first = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        b->last = op->prev;
 }
 
 /* Walks each block backwards so a chain of dead ops goes in one sweep. */
@@ -55,7 +33,7 @@ static void sweep(Op *op, Map *uses, Arena *a) {
                     dead = map_get(uses, x->results[i]) == NULL || (intptr_t)map_get(uses, x->results[i]) == 0;
                 if (dead) {
                     release_uses(x, uses, a);
-                    unlink_op(x);
+                    op_unlink(x);
                 } else {
                     sweep(x, uses, a);
                 }

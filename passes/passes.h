@@ -7,6 +7,7 @@
  *   registry.c   the table of passes; the pass manager (verify, print, time)
  *   pipeline.c   the pipeline of each target
  *   dce.c        dead-code elimination of pure ops
+ *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite
  */
 #ifndef ATTNC_PASSES_H
@@ -46,6 +47,7 @@ bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions op
 
 /* the passes */
 bool pass_dce(Op *module, PassContext *ctx);
+bool pass_fusion(Op *module, PassContext *ctx);
 bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
 
 #endif

@@ -2,8 +2,9 @@
  * straight-line function each (Triton's make_ttir/make_ttgir style): read
  * top to bottom to see what happens to a program on its way to a target.
  *
- * Today the pipelines only clean up; fusion, tiling, online softmax, mask
- * analysis and double buffering join them as they land (issue #3).
+ * Today: clean up, then fuse. Tiling, online softmax, mask analysis and
+ * double buffering join them as they land (issue #3); the pipelines differ
+ * once tiling picks per-target tile sizes.
  */
 #include "passes/passes.h"
 
@@ -17,15 +18,18 @@ static bool run1(Op *m, const char *name, PassContext *ctx, PassOptions opts) {
 }
 
 static bool pipeline_sm70(Op *m, PassContext *ctx, PassOptions opts) {
-    return run1(m, "dce", ctx, opts);
+    return run1(m, "dce", ctx, opts) &&
+           run1(m, "fusion", ctx, opts);
 }
 
 static bool pipeline_sm80(Op *m, PassContext *ctx, PassOptions opts) {
-    return run1(m, "dce", ctx, opts);
+    return run1(m, "dce", ctx, opts) &&
+           run1(m, "fusion", ctx, opts);
 }
 
 static bool pipeline_sm90a(Op *m, PassContext *ctx, PassOptions opts) {
-    return run1(m, "dce", ctx, opts);
+    return run1(m, "dce", ctx, opts) &&
+           run1(m, "fusion", ctx, opts);
 }
 
 static const struct {

@@ -1,0 +1,372 @@
+/* fusion.c — makes one op of each kernel-to-be.
+ *
+ * Attention: softmax(mask(score(scale · q @ kᵀ))) @ v, whichever way it was
+ * written (an attention block, or the same ops in an mlp block; GQA through
+ * attn.expand_heads; the scale as a multiplication or division by a constant,
+ * or none; either hook or both, or neither; P cast or not; the row's
+ * logsumexp taken or not) becomes one op carrying the hooks as regions:
+ *
+ *   %kt = attn.transpose(%k) ...        %o, %lse = attn.attention(%q, %k, %v) ({
+ *   %s = attn.matmul(%q, %kt) ...       ^bb0(%s: f32, %b: index, ...):  // score
+ *   %c = arith.constant {value = 0.125}   ...
+ *   %x = arith.mul(%s, %c)        ==>   }, {
+ *   %m = attn.mask(%x) ({...})          ^bb0(%b: index, ...):           // mask
+ *   %p = attn.softmax(%m)                 ...
+ *   %p16 = arith.cast(%p)               }) {acc = f32, scale = 0.125}
+ *   %o = attn.matmul(%p16, %v) ...
+ *   %lse = attn.reduce(%m) {kind = "logsumexp"}
+ *
+ * MLP: a matmul by a 2-D weight and the chain of elementwise ops that
+ * consume it alone (bias, activation, residual add, scaling) become one
+ * attn.fused_gemm whose region computes an output element; a second matmul
+ * of the same input feeding that chain (the SwiGLU/GeGLU gate) joins it as a
+ * second product (a dual GEMM):
+ *
+ *   %g = attn.matmul(%x, %wg)           %y = attn.fused_gemm(%x, %wg, %wu, %b) ({
+ *   %a = math.silu(%g)            ==>   ^bb0(%p0: f16, %p1: f16, %e0: f16):
+ *   %u = attn.matmul(%x, %wu)             silu(p0) * p1 + e0 ... attn.yield
+ *   %h = arith.mul(%a, %u)              }) {acc = f32, num_b = 2}
+ *   %y = arith.add(%h, %b)
+ *
+ * Requires: verified attn IR. Guarantees: the same values, in emulation bit
+ * for bit, except that an attention written with f16 scores in an mlp block
+ * gets its scores in the accumulator type (more precise, never less).
+ */
+#include "passes/passes.h"
+
+#include <string.h>
+
+typedef struct Fuser {
+    Arena *a;
+    Op *func;
+    Map uses;
+} Fuser;
+
+static int nuses(Fuser *f, const Value *v) { return (int)(intptr_t)map_get(&f->uses, v); }
+
+static Op *def(const Value *v) { return v->def; }
+
+static bool is_kind(const Value *v, OpKind k) { return v->def && v->def->kind == k; }
+
+/* The only user of v inside body, or NULL. */
+static Op *sole_user(Fuser *f, Block *body, const Value *v) {
+    if (nuses(f, v) != 1)
+        return NULL;
+    for_each_op(op, body)
+        for (int i = 0; i < op->noperands; i++)
+            if (op->operands[i] == v)
+                return op;
+    return NULL;   /* used inside a region: leave it */
+}
+
+/* A float constant's value (through a scalar arith.constant). */
+static bool constant_value(const Value *v, double *out) {
+    if (!is_kind(v, OP_CONSTANT) || v->type->kind != TY_SCALAR)
+        return false;
+    Attr *a = op_attr(v->def, "value");
+    *out = a->kind == AT_FLOAT ? a->f : (double)a->i;
+    return a->kind != AT_BOOL;
+}
+
+/* Strips an attn.expand_heads: the fused op does the grouping itself. */
+static Value *kv_base(const Value *v) { return is_kind(v, OP_EXPAND_HEADS) ? v->def->operands[0] : (Value *)v; }
+
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct AttnMatch {
+    Op *pv, *softmax, *score, *mask, *qk, *lse;
+    Value *q, *k, *v, *scores;   /* scores: what softmax and lse read */
+    double scale;
+} AttnMatch;
+
+static bool match_qk(AttnMatch *m, Value *x) {
+    double c;
+    m->scale = 1;
+    if (is_kind(x, OP_MUL) || is_kind(x, OP_DIV)) {
+        Op *op = def(x);
+        int ci = constant_value(op->operands[1], &c) ? 1 : op->kind == OP_MUL && constant_value(op->operands[0], &c) ? 0 : -1;
+        if (ci < 0 || c == 0)
+            return false;
+        m->scale = op->kind == OP_MUL ? c : 1 / c;
+        x = op->operands[1 - ci];
+    }
+    if (!is_kind(x, OP_MATMUL) || x->type->rank != 4)
+        return false;
+    m->qk = def(x);
+    Value *kt = m->qk->operands[1];
+    if (!is_kind(kt, OP_TRANSPOSE))
+        return false;
+    Attr *perm = op_attr(kt->def, "perm");
+    if (perm->n != 4 || perm->elems[0]->i != 0 || perm->elems[1]->i != 1 || perm->elems[2]->i != 3 ||
+        perm->elems[3]->i != 2)
+        return false;
+    m->q = m->qk->operands[0];
+    m->k = kv_base(kt->def->operands[0]);
+    return m->q->type->rank == 4 && m->k->type->rank == 4;
+}
+
+static bool match_attention(Fuser *f, Block *body, Op *softmax, AttnMatch *m) {
+    memset(m, 0, sizeof *m);
+    m->softmax = softmax;
+    /* forwards: [cast] then the P·V matmul */
+    Op *user = sole_user(f, body, softmax->results[0]);
+    if (user && user->kind == OP_CAST)
+        user = sole_user(f, body, user->results[0]);
+    if (!user || user->kind != OP_MATMUL || user->operands[1]->type->rank != 4)
+        return false;
+    m->pv = user;
+    m->v = kv_base(user->operands[1]);
+    /* backwards: [mask] [score] [scale] q @ kᵀ */
+    Value *x = softmax->operands[0];
+    m->scores = x;
+    if (is_kind(x, OP_MASK)) {
+        m->mask = def(x);
+        x = m->mask->operands[0];
+    }
+    if (is_kind(x, OP_SCORE_MOD)) {
+        m->score = def(x);
+        x = m->score->operands[0];
+    }
+    if (!match_qk(m, x))
+        return false;
+    /* q, k, v: one dtype; O in that dtype; one accumulator for both products */
+    ScalarKind dt = m->q->type->elem;
+    Attr *acc1 = op_attr(m->qk, "acc"), *acc2 = op_attr(m->pv, "acc");
+    if (m->k->type->elem != dt || m->v->type->elem != dt || m->pv->results[0]->type->elem != dt ||
+        acc1->type->elem != acc2->type->elem)
+        return false;
+    /* the logsumexp of the same scores, if the program takes it */
+    for_each_op(op, body) {
+        bool reads = false;
+        for (int i = 0; i < op->noperands; i++)
+            reads |= op->operands[i] == m->scores;
+        if (!reads || op == softmax)
+            continue;
+        Op *r = op->kind == OP_CAST && op->results[0]->type->elem == SK_F32 ? sole_user(f, body, op->results[0]) : op;
+        if (r && r->kind == OP_REDUCE && strcmp(op_attr(r, "kind")->s, "logsumexp") == 0 &&
+            r->results[0]->type->rank == 3 && r->results[0]->type->elem == SK_F32 && !m->lse)
+            m->lse = r;
+        else
+            return false;   /* the scores have another use: not ours to fuse */
+    }
+    return true;
+}
+
+static void fuse_attention(Fuser *f, Block *body, AttnMatch *m) {
+    Value *ops[3] = {m->q, m->k, m->v};
+    Type *types[2] = {m->pv->results[0]->type, m->lse ? m->lse->results[0]->type : NULL};
+    Op *att = op_create(f->a, OP_ATTENTION, 3, ops, m->lse ? 2 : 1, types, 2);
+    att->loc = m->pv->loc;
+    op_set_attr(f->a, att, "acc", op_attr(m->qk, "acc"));
+    op_set_attr(f->a, att, "scale", attr_float(f->a, m->scale));
+    if (m->score)
+        region_take(&att->regions[0], &m->score->regions[0]);
+    if (m->mask)
+        region_take(&att->regions[1], &m->mask->regions[0]);
+    /* before the first of the results' producers, after everything they read */
+    Op *at = m->pv;
+    if (m->lse)
+        for (Op *o = body->first; o && o != m->pv; o = o->next)
+            if (o == m->lse)
+                at = m->lse;
+    op_insert_before(at, att);
+    att->results[0]->name = m->pv->results[0]->name;
+    replace_all_uses(f->func, m->pv->results[0], att->results[0]);
+    if (m->lse) {
+        att->results[1]->name = m->lse->results[0]->name;
+        replace_all_uses(f->func, m->lse->results[0], att->results[1]);
+    }
+}
+
+/* ---- GEMM + epilogue ------------------------------------------------------- */
+
+static bool is_epilogue_op(const Op *op) {
+    switch (op->kind) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MIN: case OP_MAX: case OP_NEG:
+    case OP_CAST: case OP_EXP: case OP_EXP2: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
+    case OP_ABS: case OP_SIGMOID: case OP_SILU: case OP_GELU: case OP_GELU_TANH: case OP_RELU:
+        return op->results[0]->type->kind == TY_TENSOR;
+    default:
+        return false;
+    }
+}
+
+static bool is_weight_matmul(const Op *op) {
+    return op->kind == OP_MATMUL && op->operands[1]->type->rank == 2 &&
+           op->operands[0]->type->rank == op->results[0]->type->rank;
+}
+
+typedef struct Chain {
+    PtrVec products;   /* the matmuls */
+    PtrVec extras;     /* tensors read elementwise */
+    PtrVec ops;        /* the elementwise ops, in order */
+    Value *last;
+} Chain;
+
+static int index_of(PtrVec *v, const void *x) {
+    for (int i = 0; i < v->len; i++)
+        if (v->items[i] == x)
+            return i;
+    return -1;
+}
+
+/* Can `w` (an operand of the next chain op) join the chain? */
+static bool absorb_operand(Fuser *f, Block *body, Chain *c, Op *first, Op *user, Value *w) {
+    double ignored;
+    if (index_of(&c->ops, w->def) >= 0 || index_of(&c->products, w->def) >= 0 || constant_value(w, &ignored))
+        return true;
+    const Type *out = first->results[0]->type;
+    if (w->def && is_weight_matmul(w->def) && w->def->operands[0] == first->operands[0] &&
+        type_equal(w->type, out) && sole_user(f, body, w) == user &&
+        op_attr(w->def, "acc")->type->elem == op_attr(first, "acc")->type->elem) {
+        vec_push(f->a, &c->products, w->def);
+        return true;
+    }
+    if (w->type->kind == TY_TENSOR && w->type->elem == out->elem && w->type->rank <= out->rank) {
+        /* it must broadcast to the output shape */
+        for (int i = 1; i <= w->type->rank; i++) {
+            Dim d = w->type->dims[w->type->rank - i], o = out->dims[out->rank - i];
+            if (!dim_equal(d, o) && !(d.sym == NULL && d.size == 1))
+                return false;
+        }
+        if (index_of(&c->extras, w) < 0)
+            vec_push(f->a, &c->extras, w);
+        return true;
+    }
+    return false;
+}
+
+static void grow_chain(Fuser *f, Block *body, Op *first, Chain *c) {
+    memset(c, 0, sizeof *c);
+    vec_push(f->a, &c->products, first);
+    c->last = first->results[0];
+    for (;;) {
+        Op *user = sole_user(f, body, c->last);
+        if (!user || !is_epilogue_op(user) || !type_equal(user->results[0]->type, first->results[0]->type))
+            return;
+        Chain saved = *c;
+        bool ok = true;
+        for (int i = 0; i < user->noperands && ok; i++)
+            if (user->operands[i] != c->last)
+                ok = absorb_operand(f, body, c, first, user, user->operands[i]);
+        if (!ok) {
+            *c = saved;
+            return;
+        }
+        vec_push(f->a, &c->ops, user);
+        c->last = user->results[0];
+    }
+}
+
+/* The region: products and extras as arguments, each chain op as a scalar op. */
+static void build_epilogue(Fuser *f, Op *gemm, Chain *c) {
+    Block *b = region_add_block(f->a, &gemm->regions[0]);
+    Map scalar;   /* tensor value -> scalar value in the region */
+    map_init(&scalar, false);
+    for (int i = 0; i < c->products.len; i++) {
+        Op *mm = c->products.items[i];
+        map_put(f->a, &scalar, mm->results[0], block_add_arg(f->a, b, type_scalar(f->a, mm->results[0]->type->elem), NULL));
+    }
+    for (int i = 0; i < c->extras.len; i++) {
+        Value *e = c->extras.items[i];
+        map_put(f->a, &scalar, e, block_add_arg(f->a, b, type_scalar(f->a, e->type->elem), NULL));
+    }
+    for (int i = 0; i < c->ops.len; i++) {
+        Op *op = c->ops.items[i];
+        Value *operands[3];
+        for (int j = 0; j < op->noperands; j++) {
+            Value *w = op->operands[j];
+            Value *s = map_get(&scalar, w);
+            if (!s) {   /* a constant: cloned into the region */
+                Type *t = w->type;
+                Op *k = op_create(f->a, OP_CONSTANT, 0, NULL, 1, &t, 0);
+                k->loc = w->def->loc;
+                op_set_attr(f->a, k, "value", op_attr(w->def, "value"));
+                block_append(b, k);
+                s = k->results[0];
+                map_put(f->a, &scalar, w, s);
+            }
+            operands[j] = s;
+        }
+        Type *rt = type_scalar(f->a, op->results[0]->type->elem);
+        Op *x = op_create(f->a, op->kind, op->noperands, operands, 1, &rt, 0);
+        x->loc = op->loc;
+        x->attrs = op->attrs;
+        x->nattrs = op->nattrs;
+        block_append(b, x);
+        map_put(f->a, &scalar, op->results[0], x->results[0]);
+    }
+    Value *y = map_get(&scalar, c->last);
+    Op *yield = op_create(f->a, OP_YIELD, 1, &y, 0, NULL, 0);
+    block_append(b, yield);
+}
+
+static void fuse_gemm(Fuser *f, Op *first, Chain *c) {
+    int n = c->products.len, noperands = 1 + n + c->extras.len;
+    Value **operands = NEW_ARRAY(f->a, Value *, noperands);
+    operands[0] = first->operands[0];
+    for (int i = 0; i < n; i++)
+        operands[1 + i] = ((Op *)c->products.items[i])->operands[1];
+    for (int i = 0; i < c->extras.len; i++)
+        operands[1 + n + i] = c->extras.items[i];
+    Type *rt = c->last->type;
+    Op *g = op_create(f->a, OP_FUSED_GEMM, noperands, operands, 1, &rt, 1);
+    Op *at = c->last->def;
+    g->loc = at->loc;
+    op_set_attr(f->a, g, "acc", op_attr(first, "acc"));
+    op_set_attr(f->a, g, "num_b", attr_int(f->a, n));
+    build_epilogue(f, g, c);
+    op_insert_before(at, g);
+    g->results[0]->name = c->last->name;
+    replace_all_uses(f->func, c->last, g->results[0]);
+}
+
+/* ---- the pass ---------------------------------------------------------------- */
+
+static void fuse_func(Fuser *f) {
+    Block *body = op_body(f->func);
+    /* attention first: its matmuls are not GEMM epilogues */
+    for (bool changed = true; changed;) {
+        changed = false;
+        map_init(&f->uses, false);
+        count_uses(f->func, &f->uses, f->a);
+        for_each_op(op, body) {
+            AttnMatch m;
+            if (op->kind == OP_SOFTMAX && match_attention(f, body, op, &m)) {
+                fuse_attention(f, body, &m);
+                changed = true;
+                break;
+            }
+        }
+        if (changed) {
+            PassContext ctx = {f->a, NULL};
+            pass_dce(f->func, &ctx);
+        }
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        map_init(&f->uses, false);
+        count_uses(f->func, &f->uses, f->a);
+        for_each_op(op, body) {
+            if (!is_weight_matmul(op))
+                continue;
+            Chain c;
+            grow_chain(f, body, op, &c);
+            fuse_gemm(f, op, &c);
+            changed = true;
+            break;
+        }
+        if (changed) {
+            PassContext ctx = {f->a, NULL};
+            pass_dce(f->func, &ctx);
+        }
+    }
+}
+
+bool pass_fusion(Op *module, PassContext *ctx) {
+    for_each_op(func, op_body(module)) {
+        Fuser f = {.a = ctx->arena, .func = func};
+        fuse_func(&f);
+    }
+    return true;
+}
