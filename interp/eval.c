@@ -62,13 +62,15 @@ static Tensor *get(Interp *in, const Value *v) {
     return t;
 }
 
-static Tensor *new_result(Interp *in, const Op *op) {
-    const Type *t = op->results[0]->type;
+static Tensor *new_result_n(Interp *in, const Op *op, int i) {
+    const Type *t = op->results[i]->type;
     int64_t dims[MAX_RANK];
     if (!concrete_shape(in, t, dims))
         return NULL;
     return tensor_new(in->arena, t->elem, type_rank(t), dims);
 }
+
+static Tensor *new_result(Interp *in, const Op *op) { return new_result_n(in, op, 0); }
 
 /* Rounding of a computed value to its type: floats only in emulated mode. */
 static double store(Interp *in, ScalarKind k, double x) {
@@ -620,6 +622,208 @@ static bool eval_fused_gemm(Interp *in, const Op *op) {
     return true;
 }
 
+/* ---- the tile level ------------------------------------------------------- */
+
+static bool eval_block(Interp *in, const Block *b, Tensor **yielded);
+
+static Tensor *scalar_tensor(Interp *in, ScalarKind k, double x) {
+    Tensor *t = tensor_new(in->arena, k, 0, NULL);
+    t->data[0] = x;
+    return t;
+}
+
+static int64_t index_operand(Interp *in, const Op *op, int i) {
+    return (int64_t)get(in, op->operands[i])->data[0];
+}
+
+/* The memref offset of tile element `e` of a box at the op's indices; -1
+ * when it falls outside the memref. */
+static int64_t box_offset(Interp *in, const Op *op, const Tensor *mem, const Tensor *tile, int first_index,
+                          int64_t e) {
+    Attr *dims = op_attr(op, "dims");
+    int64_t coord[MAX_RANK], t[MAX_RANK];
+    for (int d = tile->rank - 1; d >= 0; d--) {
+        t[d] = e % tile->dims[d];
+        e /= tile->dims[d];
+    }
+    for (int d = 0; d < mem->rank; d++)
+        coord[d] = index_operand(in, op, first_index + d);
+    for (int a = 0; a < tile->rank; a++)
+        if (dims->elems[a]->i >= 0)
+            coord[dims->elems[a]->i] += t[a];
+    int64_t off = 0;
+    for (int d = 0; d < mem->rank; d++) {
+        if (coord[d] < 0 || coord[d] >= mem->dims[d])
+            return -1;
+        off = off * mem->dims[d] + coord[d];
+    }
+    return off;
+}
+
+static bool eval_load(Interp *in, const Op *op) {
+    Tensor *mem = get(in, op->operands[0]), *r = new_result(in, op);
+    if (!r)
+        return false;
+    Attr *pad = op_attr(op, "pad");
+    double fill = pad ? (pad->kind == AT_FLOAT ? pad->f : (double)pad->i) : 0;
+    for (int64_t e = 0; e < r->size; e++) {
+        int64_t off = box_offset(in, op, mem, r, 1, e);
+        r->data[e] = off < 0 ? fill : mem->data[off];
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_store(Interp *in, const Op *op) {
+    Tensor *mem = get(in, op->operands[0]), *t = get(in, op->operands[1]);
+    for (int64_t e = 0; e < t->size; e++) {
+        int64_t off = box_offset(in, op, mem, t, 2, e);
+        if (off >= 0)
+            mem->data[off] = store(in, mem->dtype, t->data[e]);
+    }
+    return true;
+}
+
+/* tile.gather: element-wise reads at index tiles; outside the memref reads 0
+ * (padding lanes of a tile compute on indices past the end). */
+static bool eval_gather(Interp *in, const Op *op) {
+    Tensor *mem = get(in, op->operands[0]), *r = new_result(in, op);
+    if (!r)
+        return false;
+    int64_t strides[MAX_RANK][MAX_RANK], idx[MAX_RANK] = {0};
+    Tensor *ix[MAX_RANK];
+    for (int d = 0; d < mem->rank; d++) {
+        ix[d] = get(in, op->operands[1 + d]);
+        broadcast_strides(ix[d], r->rank, strides[d]);
+    }
+    for (int64_t e = 0; e < r->size; e++) {
+        int64_t off = 0;
+        bool inside = true;
+        for (int d = 0; d < mem->rank; d++) {
+            int64_t o = 0;
+            for (int a = 0; a < r->rank; a++)
+                o += idx[a] * strides[d][a];
+            int64_t c = (int64_t)ix[d]->data[o];
+            inside &= c >= 0 && c < mem->dims[d];
+            off = off * mem->dims[d] + c;
+        }
+        r->data[e] = inside ? mem->data[off] : 0;
+        for (int a = r->rank - 1; a >= 0 && ++idx[a] == r->dims[a]; a--)
+            idx[a] = 0;
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_tile_misc(Interp *in, const Op *op) {
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    if (op->kind == OP_SPLAT) {
+        double x = get(in, op->operands[0])->data[0];
+        for (int64_t e = 0; e < r->size; e++)
+            r->data[e] = x;
+    } else if (op->kind == OP_IOTA) {
+        int axis = (int)op_attr(op, "axis")->i;
+        int64_t inner = 1;
+        for (int d = axis + 1; d < r->rank; d++)
+            inner *= r->dims[d];
+        for (int64_t e = 0; e < r->size; e++)
+            r->data[e] = (double)((e / inner) % r->dims[axis]);
+    } else if (op->kind == OP_TRANS) {
+        Tensor *x = get(in, op->operands[0]);
+        for (int64_t i = 0; i < r->dims[0]; i++)
+            for (int64_t j = 0; j < r->dims[1]; j++)
+                r->data[i * r->dims[1] + j] = x->data[j * x->dims[1] + i];
+    } else if (op->kind == OP_DOT) {
+        Tensor *a = get(in, op->operands[0]), *b = get(in, op->operands[1]), *c = get(in, op->operands[2]);
+        int64_t M = a->dims[0], K = a->dims[1], N = b->dims[1];
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double sum = c->data[m * N + n];
+                for (int64_t k = 0; k < K; k++)
+                    sum = store(in, r->dtype, sum + a->data[m * K + k] * b->data[k * N + n]);
+                r->data[m * N + n] = sum;
+            }
+    } else {  /* tile.reduce over each row */
+        Tensor *x = get(in, op->operands[0]);
+        bool max = strcmp(op_attr(op, "kind")->s, "max") == 0;
+        int64_t n = x->dims[1];
+        for (int64_t i = 0; i < r->dims[0]; i++) {
+            double acc = max ? -INFINITY : 0;
+            for (int64_t j = 0; j < n; j++) {
+                double v = x->data[i * n + j];
+                acc = max ? (v > acc ? v : acc) : store(in, r->dtype, acc + v);
+            }
+            r->data[i] = acc;
+        }
+    }
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_for(Interp *in, const Op *op) {
+    int64_t lb = index_operand(in, op, 0), ub = index_operand(in, op, 1), step = index_operand(in, op, 2);
+    if (step <= 0)
+        return fail(in, op, "the step must be positive, not %lld", (long long)step);
+    int n = op->noperands - 3;
+    const Block *b = op->regions[0].blocks[0];
+    Tensor **carried = NEW_ARRAY(in->arena, Tensor *, n + 1);
+    for (int i = 0; i < n; i++)
+        carried[i] = get(in, op->operands[3 + i]);
+    for (int64_t iv = lb; iv < ub; iv += step) {
+        map_put(in->arena, &in->values, b->args[0], scalar_tensor(in, SK_INDEX, (double)iv));
+        for (int i = 0; i < n; i++)
+            map_put(in->arena, &in->values, b->args[1 + i], carried[i]);
+        if (!eval_block(in, b, carried))
+            return false;
+    }
+    for (int i = 0; i < n; i++)
+        map_put(in->arena, &in->values, op->results[i], carried[i]);
+    return true;
+}
+
+/* tile.launch: outputs start poisoned (NaN), so an element no program writes
+ * shows; each program runs alone, with its own scratch memory. */
+static bool eval_launch(Interp *in, const Op *op) {
+    int64_t grid[3];
+    for (int i = 0; i < 3; i++)
+        grid[i] = index_operand(in, op, i);
+    int nin = op->noperands - 3;
+    Tensor **outs = NEW_ARRAY(in->arena, Tensor *, op->nresults + 1);
+    for (int i = 0; i < op->nresults; i++) {
+        if (!(outs[i] = new_result_n(in, op, i)))
+            return false;
+        for (int64_t e = 0; e < outs[i]->size; e++)
+            outs[i]->data[e] = NAN;
+    }
+    const Block *b = op->regions[0].blocks[0];
+    for (int64_t z = 0; z < grid[2]; z++)
+        for (int64_t y = 0; y < grid[1]; y++)
+            for (int64_t x = 0; x < grid[0]; x++) {
+                Arena scratch = {0};
+                Interp prog = *in;
+                prog.arena = &scratch;
+                map_init(&prog.values, false);
+                int64_t pid[3] = {x, y, z};
+                for (int i = 0; i < 3; i++)
+                    map_put(&scratch, &prog.values, b->args[i], scalar_tensor(&prog, SK_INDEX, (double)pid[i]));
+                for (int i = 0; i < nin; i++)
+                    map_put(&scratch, &prog.values, b->args[3 + i], get(in, op->operands[3 + i]));
+                for (int i = 0; i < op->nresults; i++)
+                    map_put(&scratch, &prog.values, b->args[3 + nin + i], outs[i]);
+                bool ok = eval_block(&prog, b, NULL);
+                arena_free(&scratch);
+                if (!ok) {
+                    in->failed = true;
+                    return false;
+                }
+            }
+    for (int i = 0; i < op->nresults; i++)
+        map_put(in->arena, &in->values, op->results[i], outs[i]);
+    return true;
+}
+
 static bool eval_op(Interp *in, const Op *op) {
     switch (op->kind) {
     case OP_MATMUL: return eval_matmul(in, op);
@@ -633,6 +837,20 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_DIM: return eval_scalar_op(in, op);
     case OP_ATTENTION: return eval_attention(in, op);
     case OP_FUSED_GEMM: return eval_fused_gemm(in, op);
+    case OP_LAUNCH: return eval_launch(in, op);
+    case OP_ASSERT:
+        if (get(in, op->operands[0])->data[0] == 0)
+            return fail(in, op, "%s", op_attr(op, "message")->s);
+        return true;
+    case OP_FOR: return eval_for(in, op);
+    case OP_LOAD: return eval_load(in, op);
+    case OP_STORE: return eval_store(in, op);
+    case OP_GATHER: return eval_gather(in, op);
+    case OP_SPLAT:
+    case OP_IOTA:
+    case OP_TRANS:
+    case OP_DOT:
+    case OP_TILE_REDUCE: return eval_tile_misc(in, op);
     default:
         if (is_elementwise(op->kind))
             return eval_elementwise(in, op);
@@ -640,18 +858,24 @@ static bool eval_op(Interp *in, const Op *op) {
     }
 }
 
-bool interp_func(Interp *in, const Op *func, Tensor **inputs, Tensor **outputs) {
-    const Block *body = op_body(func);
-    for (int i = 0; i < body->nargs; i++)
-        map_put(in->arena, &in->values, body->args[i], inputs[i]);
-    for_each_op(op, body) {
-        if (op->kind == OP_RETURN) {
-            for (int i = 0; i < op->noperands; i++)
-                outputs[i] = get(in, op->operands[i]);
+/* Runs a block up to its terminator; the terminator's operands go to
+ * `yielded` (when given). */
+static bool eval_block(Interp *in, const Block *b, Tensor **yielded) {
+    for_each_op(op, b) {
+        if (op_info[op->kind].flags & OPF_TERMINATOR) {
+            for (int i = 0; yielded && i < op->noperands; i++)
+                yielded[i] = get(in, op->operands[i]);
             return true;
         }
         if (!eval_op(in, op))
             return false;
     }
-    return fail(in, func, "the function has no return");
+    return fail(in, b->parent ? b->parent->parent : NULL, "a block without a terminator");
+}
+
+bool interp_func(Interp *in, const Op *func, Tensor **inputs, Tensor **outputs) {
+    const Block *body = op_body(func);
+    for (int i = 0; i < body->nargs; i++)
+        map_put(in->arena, &in->values, body->args[i], inputs[i]);
+    return eval_block(in, body, outputs);
 }

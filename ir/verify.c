@@ -435,6 +435,13 @@ static void verify_dim(Verifier *v, Op *op) {
         op_error(v, op, "result must be index");
 }
 
+/* A run-time check on bound dimensions (the runtime evaluates it on the host). */
+static void verify_assert_(Verifier *v, Op *op) {
+    const Type *c = op->operands[0]->type;
+    if (c->kind != TY_SCALAR || c->elem != SK_I1 || !attr_string(op, "message"))
+        op_error(v, op, "needs an i1 condition and attribute 'message'");
+}
+
 static void verify_constant(Verifier *v, Op *op) {
     Attr *val = op_attr(op, "value");
     const Type *r = op->results[0]->type;
@@ -508,6 +515,168 @@ static void verify_cast(Verifier *v, Op *op) {
                  type_str(v, op->operands[0]->type), type_str(v, op->results[0]->type));
     else
         elementwise_shapes(v, op);
+}
+
+/* ---- tile ------------------------------------------------------------------ */
+
+static bool is_tile(const Type *t) { return t->kind == TY_TILE; }
+static bool is_index(const Type *t) { return t->kind == TY_SCALAR && t->elem == SK_INDEX; }
+
+static Op *parent_op(const Op *op) {
+    return op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
+}
+
+/* tile.launch(gx, gy, gz, inputs...) ({^bb0(px, py, pz, in memrefs..., out memrefs...)}) : outputs */
+static void verify_launch(Verifier *v, Op *op) {
+    for (int i = 0; i < 3; i++)
+        if (!is_index(op->operands[i]->type)) {
+            op_error(v, op, "operand %d (a grid size) must be index", i);
+            return;
+        }
+    const Block *b = op->regions[0].nblocks == 1 ? op->regions[0].blocks[0] : NULL;
+    int nin = op->noperands - 3;
+    if (!b || b->nargs != 3 + nin + op->nresults) {
+        op_error(v, op, "body needs one block with 3 program ids, %d input and %d output buffers", nin,
+                 op->nresults);
+        return;
+    }
+    for (int i = 0; i < b->nargs; i++) {
+        const Type *t = b->args[i]->type;
+        const Type *want = i < 3 ? NULL : i < 3 + nin ? op->operands[i]->type : op->results[i - 3 - nin]->type;
+        if (i < 3 ? !is_index(t)
+                  : t->kind != TY_MEMREF || t->space != AS_GLOBAL || t->elem != want->elem || t->rank != want->rank) {
+            op_error(v, op, "body argument %d must be %s", i, i < 3 ? "an index (program id)"
+                                                                   : "a global memref of its tensor's shape");
+            return;
+        }
+    }
+}
+
+static void verify_for_(Verifier *v, Op *op) {
+    for (int i = 0; i < 3; i++)
+        if (!is_index(op->operands[i]->type)) {
+            op_error(v, op, "bounds and step must be index");
+            return;
+        }
+    int n = op->noperands - 3;
+    const Block *b = op->regions[0].nblocks == 1 ? op->regions[0].blocks[0] : NULL;
+    if (op->nresults != n || !b || b->nargs != n + 1 || !is_index(b->args[0]->type)) {
+        op_error(v, op, "needs one block (index, carried values...) and a result per carried value");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (!type_equal(op->operands[3 + i]->type, b->args[1 + i]->type) ||
+            !type_equal(op->operands[3 + i]->type, op->results[i]->type)) {
+            op_error(v, op, "carried value %d changes type", i);
+            return;
+        }
+    const Op *y = b->last;
+    if (y && y->kind == OP_TILE_YIELD) {
+        bool ok = y->noperands == n;
+        for (int i = 0; ok && i < n; i++)
+            ok = type_equal(y->operands[i]->type, op->results[i]->type);
+        if (!ok)
+            op_error(v, op, "must yield one value per carried value, of its type");
+    }
+}
+
+static void verify_tile_yield(Verifier *v, Op *op) {
+    Op *p = parent_op(op);
+    if (!p || (p->kind != OP_FOR && p->kind != OP_LAUNCH))
+        op_error(v, op, "must end a tile.for or tile.launch body");
+    else if (p->kind == OP_LAUNCH && op->noperands)
+        op_error(v, op, "ends a launch: yields nothing");
+}
+
+/* A box of a memref: one index per memref dimension; `dims` maps each tile
+ * axis to a memref dimension (or -1 for a broadcast axis of size 1). */
+static bool verify_box(Verifier *v, const Op *op, const Type *mem, const Type *tile, int first_index) {
+    Attr *dims = op_attr(op, "dims");
+    if (mem->kind != TY_MEMREF || op->noperands - first_index != mem->rank) {
+        op_error(v, op, "needs a memref and one index per dimension");
+        return false;
+    }
+    for (int i = first_index; i < op->noperands; i++)
+        if (!is_index(op->operands[i]->type)) {
+            op_error(v, op, "indices must be index");
+            return false;
+        }
+    if (!is_tile(tile) || tile->elem != mem->elem || !dims || dims->kind != AT_ARRAY || dims->n != tile->rank) {
+        op_error(v, op, "needs a tile of the memref's element type and 'dims', one per tile axis");
+        return false;
+    }
+    for (int i = 0; i < dims->n; i++) {
+        Attr *d = dims->elems[i];
+        if (d->kind != AT_INT || d->i < -1 || d->i >= mem->rank ||
+            (d->i == -1 && (tile->dims[i].sym || tile->dims[i].size != 1))) {
+            op_error(v, op, "'dims' entry %d must name a memref dimension (or -1 for an axis of size 1)", i);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void verify_load(Verifier *v, Op *op) {
+    verify_box(v, op, op->operands[0]->type, op->results[0]->type, 1);
+}
+
+static void verify_store(Verifier *v, Op *op) {
+    verify_box(v, op, op->operands[0]->type, op->operands[1]->type, 2);
+}
+
+static void verify_gather(Verifier *v, Op *op) {
+    const Type *m = op->operands[0]->type, *r = op->results[0]->type;
+    if (m->kind != TY_MEMREF || op->noperands - 1 != m->rank || r->elem != m->elem) {
+        op_error(v, op, "needs a memref, one index (or index tile) per dimension, and its element type");
+        return;
+    }
+    for (int i = 1; i < op->noperands; i++) {
+        const Type *t = op->operands[i]->type;
+        if (t->elem != SK_INDEX || (t->kind != TY_SCALAR && !is_tile(t)) || !broadcasts_to(t, r)) {
+            op_error(v, op, "index %d must be an index or an index tile broadcasting to the result", i - 1);
+            return;
+        }
+    }
+}
+
+static void verify_splat(Verifier *v, Op *op) {
+    const Type *x = op->operands[0]->type, *r = op->results[0]->type;
+    if (x->kind != TY_SCALAR || !is_tile(r) || r->elem != x->elem)
+        op_error(v, op, "makes a tile of a scalar's type");
+}
+
+static void verify_iota(Verifier *v, Op *op) {
+    const Type *r = op->results[0]->type;
+    Attr *axis = op_attr(op, "axis");
+    if (!is_tile(r) || r->elem != SK_INDEX || !axis || axis->kind != AT_INT || axis->i < 0 || axis->i >= r->rank)
+        op_error(v, op, "makes an index tile and needs 'axis', one of its dimensions");
+}
+
+static void verify_dot(Verifier *v, Op *op) {
+    const Type *a = op->operands[0]->type, *b = op->operands[1]->type, *c = op->operands[2]->type;
+    if (!is_tile(a) || !is_tile(b) || !is_tile(c) || a->rank != 2 || b->rank != 2 || c->rank != 2 ||
+        a->elem != b->elem || !dim_equal(a->dims[1], b->dims[0]) || !dim_equal(c->dims[0], a->dims[0]) ||
+        !dim_equal(c->dims[1], b->dims[1]) || !type_equal(c, op->results[0]->type))
+        op_error(v, op, "needs tiles [M, K] and [K, N] of one type and an accumulator [M, N]");
+}
+
+static void verify_trans(Verifier *v, Op *op) {
+    const Type *x = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tile(x) || x->rank != 2 || !is_tile(r) || r->rank != 2 || x->elem != r->elem ||
+        !dim_equal(x->dims[0], r->dims[1]) || !dim_equal(x->dims[1], r->dims[0]))
+        op_error(v, op, "transposes a 2-D tile");
+}
+
+static void verify_tile_reduce(Verifier *v, Op *op) {
+    const Type *x = op->operands[0]->type, *r = op->results[0]->type;
+    const char *kind = attr_string(op, "kind");
+    if (!kind || (strcmp(kind, "max") != 0 && strcmp(kind, "sum") != 0)) {
+        op_error(v, op, "needs attribute 'kind' (\"max\" or \"sum\")");
+        return;
+    }
+    if (!is_tile(x) || x->rank != 2 || !is_tile(r) || r->rank != 2 || r->elem != x->elem ||
+        !dim_equal(r->dims[0], x->dims[0]) || r->dims[1].sym || r->dims[1].size != 1)
+        op_error(v, op, "reduces the rows of a 2-D tile to [M, 1]");
 }
 
 typedef void (*VerifyFn)(Verifier *, Op *);

@@ -339,7 +339,7 @@ static void fuse_func(Fuser *f) {
             }
         }
         if (changed) {
-            PassContext ctx = {f->a, NULL};
+            PassContext ctx = {.arena = f->a};
             pass_dce(f->func, &ctx);
         }
     }
@@ -357,7 +357,7 @@ static void fuse_func(Fuser *f) {
             break;
         }
         if (changed) {
-            PassContext ctx = {f->a, NULL};
+            PassContext ctx = {.arena = f->a};
             pass_dce(f->func, &ctx);
         }
     }

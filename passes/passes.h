@@ -8,6 +8,7 @@
  *   pipeline.c   the pipeline of each target
  *   dce.c        dead-code elimination of pure ops
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
+ *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite
  */
 #ifndef ATTNC_PASSES_H
@@ -18,6 +19,7 @@
 typedef struct PassContext {
     Arena *arena;
     Diag *diag;
+    const char *arch;   /* the target the passes prepare for (sm_70, sm_80, sm_90a) */
 } PassContext;
 
 typedef struct Pass {
@@ -48,6 +50,7 @@ bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions op
 /* the passes */
 bool pass_dce(Op *module, PassContext *ctx);
 bool pass_fusion(Op *module, PassContext *ctx);
+bool pass_tiling(Op *module, PassContext *ctx);
 bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
 
 #endif

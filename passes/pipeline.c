@@ -2,9 +2,9 @@
  * straight-line function each (Triton's make_ttir/make_ttgir style): read
  * top to bottom to see what happens to a program on its way to a target.
  *
- * Today: clean up, then fuse. Tiling, online softmax, mask analysis and
- * double buffering join them as they land (issue #3); the pipelines differ
- * once tiling picks per-target tile sizes.
+ * Today: clean up, fuse, tile (with the target's tile sizes). Online
+ * softmax, mask analysis and double buffering join them as they land
+ * (issue #3).
  */
 #include "passes/passes.h"
 
@@ -19,17 +19,20 @@ static bool run1(Op *m, const char *name, PassContext *ctx, PassOptions opts) {
 
 static bool pipeline_sm70(Op *m, PassContext *ctx, PassOptions opts) {
     return run1(m, "dce", ctx, opts) &&
-           run1(m, "fusion", ctx, opts);
+           run1(m, "fusion", ctx, opts) &&
+           run1(m, "tiling", ctx, opts);
 }
 
 static bool pipeline_sm80(Op *m, PassContext *ctx, PassOptions opts) {
     return run1(m, "dce", ctx, opts) &&
-           run1(m, "fusion", ctx, opts);
+           run1(m, "fusion", ctx, opts) &&
+           run1(m, "tiling", ctx, opts);
 }
 
 static bool pipeline_sm90a(Op *m, PassContext *ctx, PassOptions opts) {
     return run1(m, "dce", ctx, opts) &&
-           run1(m, "fusion", ctx, opts);
+           run1(m, "fusion", ctx, opts) &&
+           run1(m, "tiling", ctx, opts);
 }
 
 static const struct {
@@ -50,8 +53,10 @@ bool pipeline_known(const char *arch) {
 
 bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions opts) {
     for (size_t i = 0; i < sizeof pipelines / sizeof pipelines[0]; i++)
-        if (strcmp(pipelines[i].arch, arch) == 0)
+        if (strcmp(pipelines[i].arch, arch) == 0) {
+            ctx->arch = pipelines[i].arch;
             return pipelines[i].run(module, ctx, opts);
+        }
     diag_plain(ctx->diag, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", arch);
     return false;
 }

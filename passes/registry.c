@@ -7,6 +7,7 @@
 static const Pass registry[] = {
     {"dce", "remove pure ops whose results are never used", pass_dce},
     {"fusion", "attention -> attn.attention; GEMM + elementwise epilogue -> attn.fused_gemm", pass_fusion},
+    {"tiling", "attn.attention and attn.fused_gemm -> tile.launch kernels over tiles", pass_tiling},
     {"test-perturb-constants", "(tests only) scale every float constant by 1.01", pass_test_perturb_constants},
 };
 

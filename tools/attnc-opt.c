@@ -16,6 +16,7 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  -passes=a,b,c       run these passes in order (see -list-passes)\n"
+    "  -arch TARGET        the target passes prepare for: sm_70, sm_80 (default), sm_90a\n"
     "  -print-after-all    print the IR after every pass (to standard error)\n"
     "  -verify-each        verify the IR after every pass\n"
     "  -time-passes        report each pass's time (to standard error)\n"
@@ -36,6 +37,7 @@ typedef struct Options {
     int npasses;
     PassOptions pass_opts;
     bool roundtrip, split, interpret;
+    const char *arch;
     RunArgs run;
 } Options;
 
@@ -83,6 +85,17 @@ static int parse_args(Arena *a, int argc, char **argv, Options *o, Diag *d) {
             o->pass_opts.verify_each = true;
         } else if (strcmp(arg, "-time-passes") == 0) {
             o->pass_opts.time_passes = true;
+        } else if (strcmp(arg, "-arch") == 0 || tool_flag_value(arg, "-arch")) {
+            const char *arch = tool_flag_value(arg, "-arch");
+            if (!arch && ++i == argc) {
+                diag_plain(d, "'-arch' needs a target");
+                return 1;
+            }
+            o->arch = arch ? arch : argv[i];
+            if (!pipeline_known(o->arch)) {
+                diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", o->arch);
+                return 1;
+            }
         } else if (strcmp(arg, "-interpret-check") == 0) {
             o->interpret = true;
         } else if ((handled = tool_run_arg(a, d, argc, argv, &i, &o->run)) != 0) {
@@ -122,7 +135,7 @@ static bool process(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     Op *before = module && o->interpret ? load(a, d, src, o, NULL) : NULL;
     if (!module)
         return false;
-    PassContext ctx = {a, d};
+    PassContext ctx = {.arena = a, .diag = d, .arch = o->arch};
     if (!run_passes(module, o->passes, o->npasses, &ctx, o->pass_opts))
         return false;
     if (o->interpret) {
@@ -142,7 +155,7 @@ int main(int argc, char **argv) {
     Diag d;
     diag_init(&d, stderr);
     d.tool = "attnc-opt";
-    Options o = {0};
+    Options o = {.arch = "sm_80"};
     o.pass_opts.dump = stderr;
     tool_run_args_init(&o.run);
     Arena args = {0};

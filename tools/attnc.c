@@ -167,7 +167,7 @@ static int run_main(int argc, char **argv, Diag *d) {
     bool ok = lowered != NULL;
     if (ok) {
         r.run.consts = program_consts(&a, ast);
-        PassContext ctx = {&a, d};
+        PassContext ctx = {.arena = &a, .diag = d};
         ok = run_pipeline(lowered, r.arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}) &&
              interp_run_module(&a, d, reference, lowered, &r.run, stdout);
     }

@@ -1,22 +1,25 @@
 #!/bin/sh
 # check-examples.sh ATTNC EXAMPLES_DIR
-# Runs every example through `attnc run --check` on ragged sizes and several
-# seeds: the lowered program must agree with the float64 evaluation of the
-# unoptimised one. Sizes are kept small enough for CI (a few seconds each).
+# Runs every example through `attnc run --check` on ragged sizes, several
+# seeds and each target's pipeline (so each target's tile sizes): the lowered
+# program must agree with the float64 evaluation of the unoptimised one.
+# Sizes are kept small enough for CI (a few seconds each).
 set -e
 attnc=$1 dir=$2
 small="-D DIM=64 -D FF=96 -D HIDDEN=64 -D B=2 -D H=3"
 n=0
 for f in "$dir"/*.attn; do
   for len in 1 17 113; do
-    for seed in 1 2; do
-      "$attnc" run "$f" --check -q --seed $seed $small -D N=$len -D T=$len -D NQ=$len -D NK=$((len + 6)) 2>/dev/null ||
-        { echo "FAILED: $f N=$len seed=$seed"; "$attnc" run "$f" --check --seed $seed $small -D N=$len -D T=$len -D NQ=$len -D NK=$((len + 6)); exit 1; }
+    for run in "1 sm_70" "2 sm_80" "3 sm_90a"; do
+      set -- $run
+      args="--seed $1 -arch $2 $small -D N=$len -D T=$len -D NQ=$len -D NK=$((len + 6))"
+      "$attnc" run "$f" --check -q $args 2>/dev/null ||
+        { echo "FAILED: $f $args"; "$attnc" run "$f" --check $args; exit 1; }
       n=$((n + 1))
     done
   done
 done
 # one longer sequence, and a batch of 3, on the cheapest attention example
-"$attnc" run "$dir/mha.attn" --check -q -D N=257 -D B=3
+"$attnc" run "$dir/mha.attn" --check -q -arch sm_70 -D N=257 -D B=3
 n=$((n + 1))
 echo "checked $n runs"

@@ -1,0 +1,524 @@
+/* tiling.c — fused ops become tile kernels: a grid of programs, each owning
+ * a tile of the output, with loops over the reduction.
+ *
+ * attn.fused_gemm (A [M, K] by weights [K, N]): a program per BM x BN output
+ * tile; a loop over K in steps of BK accumulating one tile per product; the
+ * epilogue region applied to whole tiles; one store.
+ *
+ *   %y = attn.fused_gemm(%x, %w, %b) ({...})   ==>
+ *   %gx = ... ceil(N / BN) ...; %y = tile.launch(%gx, %gy, %c1, %x, %w, %b) ({
+ *   ^bb0(%px: index, %py: index, %pz: index, %X: memref<...>, ..., %Y: memref<...>):
+ *     %acc = tile.for(%c0, %K, %BK, %zero) ({ load A, load W, tile.dot ... })
+ *     ... the epilogue on tiles ...; tile.store(%Y, %out, %m0, %n0) {dims = [0, 1]}
+ *   })
+ *
+ * attn.attention: a program per BM query rows of one (batch, head); the
+ * softmax over the tiled key axis is computed exactly as written, in three
+ * loops over BN-key tiles (row max; row sum of exp; P·V with P normalised),
+ * recomputing the scores in each. The online-softmax pass fuses the three
+ * into one. Key columns past the end are masked to -inf, rows past the end
+ * are computed and not stored; a row with no visible key gives 0 and -inf.
+ *
+ * Tile sizes: the block's schedule for the target, else the target's default.
+ * Requires: fused ops (passes/fusion.c); fused_gemm with a rank-2 A (others
+ * stay as they are). Guarantees: the same values up to the order of the
+ * softmax's additions (checked by the interpreter).
+ */
+#include "passes/passes.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- a small builder ------------------------------------------------------- */
+
+typedef struct B {
+    Arena *a;
+    Block *blk;
+    SrcLoc loc;
+} B;
+
+static Value *emit(B *b, OpKind k, Type *t, int n, Value **ops) {
+    Op *op = op_create(b->a, k, n, ops, t ? 1 : 0, &t, 0);
+    op->loc = b->loc;
+    block_append(b->blk, op);
+    return t ? op->results[0] : NULL;
+}
+
+static Value *cindex(B *b, int64_t v) {
+    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, SK_INDEX), 0, NULL);
+    op_set_attr(b->a, r->def, "value", attr_int(b->a, v));
+    return r;
+}
+
+static Value *cfloat(B *b, ScalarKind k, double v) {
+    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, k), 0, NULL);
+    op_set_attr(b->a, r->def, "value", attr_float(b->a, v));
+    return r;
+}
+
+static Value *dim_value(B *b, Dim d) {
+    if (!d.sym)
+        return cindex(b, d.size);
+    Value *r = emit(b, OP_DIM, type_scalar(b->a, SK_INDEX), 0, NULL);
+    op_set_attr(b->a, r->def, "name", attr_str(b->a, d.sym));
+    return r;
+}
+
+static Type *tile_t(B *b, ScalarKind k, int64_t r, int64_t c) {
+    Dim d[2] = {{NULL, r}, {NULL, c}};
+    return type_shaped(b->a, TY_TILE, k, 2, d);
+}
+
+/* The broadcast type of two operands (scalars or 2-D tiles) with element k. */
+static Type *bcast(B *b, const Type *x, const Type *y, ScalarKind k) {
+    if (x->kind == TY_SCALAR && y->kind == TY_SCALAR)
+        return type_scalar(b->a, k);
+    const Type *t = x->kind == TY_SCALAR ? y : x;
+    int64_t r = t->dims[0].size, c = t->dims[1].size;
+    if (x->kind != TY_SCALAR && y->kind != TY_SCALAR) {
+        r = x->dims[0].size > y->dims[0].size ? x->dims[0].size : y->dims[0].size;
+        c = x->dims[1].size > y->dims[1].size ? x->dims[1].size : y->dims[1].size;
+    }
+    return tile_t(b, k, r, c);
+}
+
+static Value *bin(B *b, OpKind k, Value *x, Value *y) {
+    Value *ops[2] = {x, y};
+    ScalarKind e = k == OP_CMP || k == OP_AND || k == OP_OR ? SK_I1 : x->type->elem;
+    return emit(b, k, bcast(b, x->type, y->type, e), 2, ops);
+}
+
+static Value *cmp(B *b, const char *pred, Value *x, Value *y) {
+    Value *r = bin(b, OP_CMP, x, y);
+    op_set_attr(b->a, r->def, "pred", attr_str(b->a, pred));
+    return r;
+}
+
+static Value *unary(B *b, OpKind k, Value *x) { return emit(b, k, x->type, 1, &x); }
+
+static Value *cast(B *b, Value *x, ScalarKind k) {
+    return x->type->elem == k ? x : emit(b, OP_CAST, type_with_elem(b->a, x->type, k), 1, &x);
+}
+
+static Value *select3(B *b, Value *c, Value *x, Value *y) {
+    Value *ops[3] = {c, x, y};
+    Type *t = bcast(b, c->type, bcast(b, x->type, y->type, x->type->elem), x->type->elem);
+    return emit(b, OP_SELECT, t, 3, ops);
+}
+
+static Value *splat(B *b, Value *scalar, int64_t r, int64_t c) {
+    return emit(b, OP_SPLAT, tile_t(b, scalar->type->elem, r, c), 1, &scalar);
+}
+
+static Value *iota(B *b, int axis, int64_t r, int64_t c) {
+    Value *v = emit(b, OP_IOTA, tile_t(b, SK_INDEX, r, c), 0, NULL);
+    op_set_attr(b->a, v->def, "axis", attr_int(b->a, axis));
+    return v;
+}
+
+static Value *ceildiv(B *b, Value *x, int64_t d) {
+    return bin(b, OP_FLOORDIV, bin(b, OP_ADD, x, cindex(b, d - 1)), cindex(b, d));
+}
+
+/* tile.load / tile.store of a box at `index` (one per memref dim); dims[a]
+ * is the memref dim of tile axis a, -1 for a broadcast axis of size 1. */
+static Value *load(B *b, Value *mem, Value **index, const int *dims, Type *t, double pad) {
+    int n = mem->type->rank;
+    Value **ops = NEW_ARRAY(b->a, Value *, n + 1);
+    ops[0] = mem;
+    memcpy(ops + 1, index, sizeof(Value *) * (size_t)n);
+    Value *r = emit(b, OP_LOAD, t, n + 1, ops);
+    Attr *d[2] = {attr_int(b->a, dims[0]), attr_int(b->a, dims[1])};
+    op_set_attr(b->a, r->def, "dims", attr_array(b->a, 2, d));
+    if (pad != 0)
+        op_set_attr(b->a, r->def, "pad", attr_float(b->a, pad));
+    return r;
+}
+
+static void store(B *b, Value *mem, Value *tile, Value **index, const int *dims) {
+    int n = mem->type->rank;
+    Value **ops = NEW_ARRAY(b->a, Value *, n + 2);
+    ops[0] = mem;
+    ops[1] = tile;
+    memcpy(ops + 2, index, sizeof(Value *) * (size_t)n);
+    Op *op = op_create(b->a, OP_STORE, n + 2, ops, 0, NULL, 0);
+    op->loc = b->loc;
+    Attr *d[2] = {attr_int(b->a, dims[0]), attr_int(b->a, dims[1])};
+    op_set_attr(b->a, op, "dims", attr_array(b->a, 2, d));
+    block_append(b->blk, op);
+}
+
+static void yield(B *b, int n, Value **vals) {
+    Op *y = op_create(b->a, OP_TILE_YIELD, n, vals, 0, NULL, 0);
+    y->loc = b->loc;
+    block_append(b->blk, y);
+}
+
+static Type *memref_of(Arena *a, const Type *t) {
+    Type *m = type_shaped(a, TY_MEMREF, t->elem, t->rank, t->dims);
+    m->space = AS_GLOBAL;
+    return m;
+}
+
+/* A tile.launch replacing `op`, with its grid, inputs and outputs; its body's
+ * block arguments are returned in *args (3 program ids, inputs, outputs). */
+static Op *new_launch(B *outer, const Op *op, Value **grid, int nin, Value **inputs, Value ***args) {
+    Value **ops = NEW_ARRAY(outer->a, Value *, 3 + nin);
+    memcpy(ops, grid, sizeof(Value *) * 3);
+    memcpy(ops + 3, inputs, sizeof(Value *) * (size_t)nin);
+    Type **types = NEW_ARRAY(outer->a, Type *, op->nresults);
+    for (int i = 0; i < op->nresults; i++)
+        types[i] = op->results[i]->type;
+    Op *l = op_create(outer->a, OP_LAUNCH, 3 + nin, ops, op->nresults, types, 1);
+    l->loc = op->loc;
+    Block *body = region_add_block(outer->a, &l->regions[0]);
+    static const char *const pid_names[3] = {"pid_x", "pid_y", "pid_z"};
+    *args = NEW_ARRAY(outer->a, Value *, 3 + nin + op->nresults);
+    for (int i = 0; i < 3; i++)
+        (*args)[i] = block_add_arg(outer->a, body, type_scalar(outer->a, SK_INDEX), pid_names[i]);
+    for (int i = 0; i < nin; i++)
+        (*args)[3 + i] = block_add_arg(outer->a, body, memref_of(outer->a, inputs[i]->type), inputs[i]->name);
+    for (int i = 0; i < op->nresults; i++)
+        (*args)[3 + nin + i] = block_add_arg(outer->a, body, memref_of(outer->a, op->results[i]->type),
+                                             op->results[i]->name ? arena_printf(outer->a, "%s_out", op->results[i]->name) : NULL);
+    for (int i = 0; i < op->nresults; i++)
+        l->results[i]->name = op->results[i]->name;
+    return l;
+}
+
+/* A tile.for from lb to ub by step carrying `init`; *body gets a builder
+ * for the loop body, *iv and *carried its arguments. */
+static Op *new_for(B *b, Value *lb, Value *ub, Value *step, int n, Value **init, B *body, Value **iv,
+                   Value ***carried) {
+    Value **ops = NEW_ARRAY(b->a, Value *, 3 + n);
+    ops[0] = lb, ops[1] = ub, ops[2] = step;
+    memcpy(ops + 3, init, sizeof(Value *) * (size_t)n);
+    Type **types = NEW_ARRAY(b->a, Type *, n + 1);
+    for (int i = 0; i < n; i++)
+        types[i] = init[i]->type;
+    Op *f = op_create(b->a, OP_FOR, 3 + n, ops, n, types, 1);
+    f->loc = b->loc;
+    block_append(b->blk, f);
+    Block *blk = region_add_block(b->a, &f->regions[0]);
+    *body = (B){b->a, blk, b->loc};
+    *iv = block_add_arg(b->a, blk, type_scalar(b->a, SK_INDEX), NULL);
+    *carried = NEW_ARRAY(b->a, Value *, n + 1);
+    for (int i = 0; i < n; i++)
+        (*carried)[i] = block_add_arg(b->a, blk, types[i], NULL);
+    return f;
+}
+
+/* ---- vectorising a scalar region onto tiles --------------------------------- */
+
+/* Clones the scalar ops of `region` into b, with its arguments bound to
+ * `args` (scalars or tiles); each op's type becomes the broadcast of its
+ * operands'. attn.extract of a tensor becomes tile.gather of its memref
+ * (`memrefs` maps tensors to the launch's memrefs). Returns the yielded value. */
+static Value *vectorise(B *b, const Block *region, Value **args, const Map *memrefs) {
+    Map map;
+    map_init(&map, false);
+    for (int i = 0; i < region->nargs; i++)
+        map_put(b->a, &map, region->args[i], args[i]);
+    for_each_op(op, region) {
+        if (op->kind == OP_YIELD)
+            return map_get(&map, op->operands[0]);
+        Value *ops[8];
+        int n = op->noperands < 8 ? op->noperands : 8;
+        for (int i = 0; i < n; i++) {
+            ops[i] = map_get(&map, op->operands[i]);
+            if (!ops[i] && op->kind == OP_EXTRACT && i == 0)
+                ops[i] = map_get(memrefs, op->operands[i]);
+            if (!ops[i])
+                die("tiling: a region value from outside the region");
+        }
+        Type *t;
+        OpKind k = op->kind;
+        if (k == OP_CONSTANT || k == OP_DIM) {
+            t = op->results[0]->type;
+        } else if (k == OP_EXTRACT) {
+            k = OP_GATHER;
+            t = type_scalar(b->a, op->results[0]->type->elem);
+            for (int i = 1; i < n; i++)
+                t = bcast(b, t, ops[i]->type, t->elem);
+        } else {
+            t = type_scalar(b->a, op->results[0]->type->elem);
+            for (int i = 0; i < n; i++)
+                t = bcast(b, t, ops[i]->type, t->elem);
+        }
+        Value *r = emit(b, k, t, n, ops);
+        r->def->attrs = op->attrs;
+        r->def->nattrs = op->nattrs;
+        r->def->loc = op->loc;
+        map_put(b->a, &map, op->results[0], r);
+    }
+    die("tiling: a region without a yield");
+}
+
+/* ---- tile sizes ------------------------------------------------------------- */
+
+static int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t fallback) {
+    Attr *all = op_attr(func, "schedule");
+    Attr *s = all ? attrs_get(all->entries, all->n, arch) : NULL;
+    Attr *tile = s ? attrs_get(s->entries, s->n, "tile") : NULL;
+    return tile && tile->kind == AT_ARRAY && axis < tile->n ? tile->elems[axis]->i : fallback;
+}
+
+/* Defaults per target: query rows x key rows for attention, M x N x K for GEMMs. */
+static int64_t default_tile(const char *arch, bool attention, int axis) {
+    static const int64_t attn[3][2] = {{64, 64}, {128, 64}, {128, 128}};
+    static const int64_t gemm[3][3] = {{64, 64, 32}, {128, 128, 32}, {128, 128, 64}};
+    int t = strcmp(arch, "sm_70") == 0 ? 0 : strcmp(arch, "sm_80") == 0 ? 1 : 2;
+    return attention ? attn[t][axis] : gemm[t][axis];
+}
+
+/* ---- fused_gemm ---------------------------------------------------------------- */
+
+static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
+    const Type *a = g->operands[0]->type, *rt = g->results[0]->type;
+    if (a->rank != 2)
+        return true;   /* batched A: left as it is */
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0));
+    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1));
+    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2));
+    int n = (int)op_attr(g, "num_b")->i, nin = g->noperands;
+    ScalarKind acc = op_attr(g, "acc")->type->elem;
+    const Block *epi = g->regions[0].blocks[0];
+    B outer = {ctx->arena, NULL, g->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    Value *grid[3] = {ceildiv(&outer, dim_value(&outer, rt->dims[1]), BN),
+                      ceildiv(&outer, dim_value(&outer, rt->dims[0]), BM), cindex(&outer, 1)};
+    Value **args;
+    Op *l = new_launch(&outer, g, grid, nin, g->operands, &args);
+    B b = {ctx->arena, l->regions[0].blocks[0], g->loc};
+    Value *A = args[3], *out = args[3 + nin];
+    Value *m0 = bin(&b, OP_MUL, args[1], cindex(&b, BM)), *n0 = bin(&b, OP_MUL, args[0], cindex(&b, BN));
+    Value *zero = cindex(&b, 0);
+    Value **init = NEW_ARRAY(b.a, Value *, n);
+    for (int i = 0; i < n; i++)
+        init[i] = splat(&b, cfloat(&b, acc, 0), BM, BN);
+    B body;
+    Value *k0, **accs;
+    Op *loop = new_for(&b, zero, dim_value(&b, a->dims[1]), cindex(&b, BK), n, init, &body, &k0, &accs);
+    const int rows_cols[2] = {0, 1};
+    Value *ai[2] = {m0, k0};
+    Value *at = load(&body, A, ai, rows_cols, tile_t(&body, a->elem, BM, BK), 0);
+    Value **next = NEW_ARRAY(b.a, Value *, n);
+    for (int i = 0; i < n; i++) {
+        Value *wi[2] = {k0, n0};
+        Value *wt = load(&body, args[4 + i], wi, rows_cols, tile_t(&body, a->elem, BK, BN), 0);
+        Value *ops[3] = {at, wt, accs[i]};
+        next[i] = emit(&body, OP_DOT, accs[i]->type, 3, ops);
+    }
+    yield(&body, n, next);
+    /* the epilogue on whole tiles: products rounded as the matmul rounds them */
+    Value **eargs = NEW_ARRAY(b.a, Value *, nin);
+    for (int i = 0; i < n; i++)
+        eargs[i] = cast(&b, loop->results[i], epi->args[i]->type->elem);
+    for (int i = 0; i < nin - 1 - n; i++) {
+        Value *e = args[4 + n + i];
+        int r = e->type->rank, dims[2];
+        Value *idx[2];
+        int64_t shape[2];
+        for (int ax = 0; ax < 2; ax++) {
+            int d = ax - (2 - r);
+            bool broadcast = d < 0 || (!e->type->dims[d].sym && e->type->dims[d].size == 1);
+            dims[ax] = d < 0 ? -1 : d;
+            shape[ax] = broadcast ? 1 : ax == 0 ? BM : BN;
+            if (d >= 0)
+                idx[d] = broadcast ? zero : ax == 0 ? m0 : n0;
+        }
+        eargs[n + i] = load(&b, e, idx, dims, tile_t(&b, e->type->elem, shape[0], shape[1]), 0);
+    }
+    Value *y = vectorise(&b, epi, eargs, NULL);
+    if (y->type->kind == TY_SCALAR)
+        y = splat(&b, y, BM, BN);
+    Value *oi[2] = {m0, n0};
+    store(&b, out, y, oi, rows_cols);
+    yield(&b, 0, NULL);
+    /* the grid computation goes before the op, then the launch replaces it */
+    for (Op *o = tmp.first, *next_op; o; o = next_op) {
+        next_op = o->next;
+        op_insert_before(g, o);
+    }
+    op_insert_before(g, l);
+    replace_all_uses(func, g->results[0], l->results[0]);
+    op_unlink(g);
+    return true;
+}
+
+/* ---- attention ------------------------------------------------------------------ */
+
+typedef struct AttnTile {
+    B *b;
+    const Op *att;
+    Value *Q, *K, *V, *bi, *h, *kh, *r0, *q, *i_rows;
+    Map memrefs;
+    ScalarKind acc, dt;
+    int64_t BM, BN, D, DV;
+    double scale;
+    Value *nk;
+} AttnTile;
+
+/* The masked scores of key tile j0, as the unfused program computes them. */
+static Value *scores(AttnTile *t, B *b, Value *j0) {
+    const int rows_cols[2] = {2, 3};
+    Value *zero = cindex(b, 0);
+    Value *ki[4] = {t->bi, t->kh, j0, zero};
+    Value *kt = load(b, t->K, ki, rows_cols, tile_t(b, t->dt, t->BN, t->D), 0);
+    Value *ktt = emit(b, OP_TRANS, tile_t(b, t->dt, t->D, t->BN), 1, &kt);
+    Value *ops[3] = {t->q, ktt, splat(b, cfloat(b, t->acc, 0), t->BM, t->BN)};
+    Value *s = emit(b, OP_DOT, tile_t(b, t->acc, t->BM, t->BN), 3, ops);
+    s = bin(b, OP_MUL, s, cfloat(b, t->acc, t->scale));
+    Value *j = bin(b, OP_ADD, iota(b, 1, 1, t->BN), j0);
+    if (t->att->regions[0].nblocks) {
+        Value *args[5] = {cast(b, s, SK_F32), t->bi, t->h, t->i_rows, j};
+        Value *x = vectorise(b, t->att->regions[0].blocks[0], args, &t->memrefs);
+        x = bin(b, OP_ADD, x, splat(b, cfloat(b, SK_F32, 0), t->BM, t->BN));   /* full shape */
+        s = cast(b, x, t->acc);
+    }
+    Value *valid = cmp(b, "lt", j, t->nk);
+    if (t->att->regions[1].nblocks) {
+        Value *args[4] = {t->bi, t->h, t->i_rows, j};
+        valid = bin(b, OP_AND, valid, vectorise(b, t->att->regions[1].blocks[0], args, &t->memrefs));
+    }
+    return select3(b, valid, s, cfloat(b, t->acc, -INFINITY));
+}
+
+static int index_of_value(PtrVec *v, const Value *x) {
+    for (int i = 0; i < v->len; i++)
+        if (v->items[i] == x)
+            return i;
+    return -1;
+}
+
+/* Func-level tensors the hooks read: they become launch inputs. */
+static void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
+    for (int r = 0; r < 2; r++)
+        for (int bi = 0; bi < att->regions[r].nblocks; bi++)
+            for_each_op(op, att->regions[r].blocks[bi])
+                if (op->kind == OP_EXTRACT && index_of_value(out, op->operands[0]) < 0)
+                    vec_push(a, out, op->operands[0]);
+}
+
+static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
+    const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
+    AttnTile t = {0};
+    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0));
+    t.BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, true, 1));
+    t.acc = op_attr(att, "acc")->type->elem;
+    t.dt = qt->elem;
+    t.scale = op_attr(att, "scale")->f;
+    t.att = att;
+    if (qt->dims[3].sym || vt->dims[3].sym)
+        return true;   /* symbolic head dims: the frontend never makes these */
+    t.D = qt->dims[3].size;
+    t.DV = vt->dims[3].size;
+    PtrVec side = {0};
+    collect_side_tensors(att, ctx->arena, &side);
+    int nin = 3 + side.len;
+    Value **inputs = NEW_ARRAY(ctx->arena, Value *, nin);
+    memcpy(inputs, att->operands, sizeof(Value *) * 3);
+    memcpy(inputs + 3, side.items, sizeof(Value *) * (size_t)side.len);
+    B outer = {ctx->arena, NULL, att->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    if (!dim_equal(qt->dims[1], kt->dims[1])) {
+        /* GQA with symbolic heads: the grouping needs Hq % Hkv == 0 */
+        Value *r = bin(&outer, OP_REM, dim_value(&outer, qt->dims[1]), dim_value(&outer, kt->dims[1]));
+        Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){cmp(&outer, "eq", r, cindex(&outer, 0))}, 0, NULL, 0);
+        check->loc = att->loc;
+        op_set_attr(ctx->arena, check, "message",
+                    attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
+        block_append(&tmp, check);
+    }
+    Value *grid[3] = {ceildiv(&outer, dim_value(&outer, qt->dims[2]), t.BM),
+                      bin(&outer, OP_MUL, dim_value(&outer, qt->dims[0]), dim_value(&outer, qt->dims[1])),
+                      cindex(&outer, 1)};
+    Value **args;
+    Op *l = new_launch(&outer, att, grid, nin, inputs, &args);
+    B b = {ctx->arena, l->regions[0].blocks[0], att->loc};
+    t.b = &b;
+    t.Q = args[3], t.K = args[4], t.V = args[5];
+    map_init(&t.memrefs, false);
+    for (int i = 0; i < side.len; i++)
+        map_put(ctx->arena, &t.memrefs, side.items[i], args[6 + i]);
+    /* which (batch, head, kv head) and rows this program owns */
+    Value *H = dim_value(&b, qt->dims[1]), *HK = dim_value(&b, kt->dims[1]);
+    t.bi = bin(&b, OP_FLOORDIV, args[1], H);
+    t.h = bin(&b, OP_REM, args[1], H);
+    t.kh = bin(&b, OP_FLOORDIV, t.h, bin(&b, OP_FLOORDIV, H, HK));
+    t.r0 = bin(&b, OP_MUL, args[0], cindex(&b, t.BM));
+    t.i_rows = bin(&b, OP_ADD, iota(&b, 0, t.BM, 1), t.r0);
+    t.nk = dim_value(&b, kt->dims[2]);
+    Value *zero = cindex(&b, 0), *step = cindex(&b, t.BN);
+    const int rows_cols[2] = {2, 3};
+    Value *qi[4] = {t.bi, t.h, t.r0, zero};
+    t.q = load(&b, t.Q, qi, rows_cols, tile_t(&b, t.dt, t.BM, t.D), 0);
+    Value *ninf = cfloat(&b, t.acc, -INFINITY), *fzero = cfloat(&b, t.acc, 0);
+    /* loop 1: the row max */
+    B body;
+    Value *j0, **c;
+    Value *init = splat(&b, ninf, t.BM, 1);
+    Op *l1 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    Value *s = scores(&t, &body, j0);
+    Value *mx = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &s);
+    op_set_attr(body.a, mx->def, "kind", attr_str(body.a, "max"));
+    Value *m1 = bin(&body, OP_MAX, c[0], mx);
+    yield(&body, 1, &m1);
+    Value *m = l1->results[0];
+    Value *msafe = select3(&b, cmp(&b, "eq", m, ninf), fzero, m);
+    /* loop 2: the row sum of exp(s - m) */
+    init = splat(&b, fzero, t.BM, 1);
+    Op *l2 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    s = scores(&t, &body, j0);
+    Value *e = unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe));
+    Value *rs = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &e);
+    op_set_attr(body.a, rs->def, "kind", attr_str(body.a, "sum"));
+    Value *l_next = bin(&body, OP_ADD, c[0], rs);
+    yield(&body, 1, &l_next);
+    Value *lsum = l2->results[0];
+    Value *lsafe = select3(&b, cmp(&b, "eq", lsum, fzero), cfloat(&b, t.acc, 1), lsum);
+    /* loop 3: O = Σ softmax(s) · V, P rounded to the input type */
+    init = splat(&b, fzero, t.BM, t.DV);
+    Op *l3 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    s = scores(&t, &body, j0);
+    Value *p = bin(&body, OP_DIV, unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe)), lsafe);
+    Value *vi[4] = {t.bi, t.kh, j0, cindex(&body, 0)};
+    Value *vtile = load(&body, t.V, vi, rows_cols, tile_t(&body, t.dt, t.BN, t.DV), 0);
+    Value *ops[3] = {cast(&body, p, t.dt), vtile, c[0]};
+    Value *o_next = emit(&body, OP_DOT, c[0]->type, 3, ops);
+    yield(&body, 1, &o_next);
+    store(&b, args[3 + nin], cast(&b, l3->results[0], t.dt), qi, rows_cols);
+    if (att->nresults == 2) {
+        Value *lse = bin(&b, OP_ADD, cast(&b, m, SK_F32), unary(&b, OP_LOG, cast(&b, lsum, SK_F32)));
+        const int lse_dims[2] = {2, -1};
+        Value *li[3] = {t.bi, t.h, t.r0};
+        store(&b, args[3 + nin + 1], lse, li, lse_dims);
+    }
+    yield(&b, 0, NULL);
+    for (Op *o = tmp.first, *next_op; o; o = next_op) {
+        next_op = o->next;
+        op_insert_before(att, o);
+    }
+    op_insert_before(att, l);
+    for (int i = 0; i < att->nresults; i++)
+        replace_all_uses(func, att->results[i], l->results[i]);
+    op_unlink(att);
+    return true;
+}
+
+bool pass_tiling(Op *module, PassContext *ctx) {
+    if (!ctx->arch)
+        ctx->arch = "sm_80";
+    for_each_op(func, op_body(module))
+        for (Op *op = op_body(func)->first, *next; op; op = next) {
+            next = op->next;
+            bool ok = op->kind == OP_FUSED_GEMM ? tile_gemm(ctx, func, op)
+                    : op->kind == OP_ATTENTION  ? tile_attention(ctx, func, op)
+                                                : true;
+            if (!ok)
+                return false;
+        }
+    return true;
+}
