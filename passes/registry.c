@@ -8,6 +8,8 @@ static const Pass registry[] = {
     {"dce", "remove pure ops whose results are never used", pass_dce},
     {"fusion", "attention -> attn.attention; GEMM + elementwise epilogue -> attn.fused_gemm", pass_fusion},
     {"tiling", "attn.attention and attn.fused_gemm -> tile.launch kernels over tiles", pass_tiling},
+    {"online-softmax", "three passes over the keys -> one, with running max, sum and rescale", pass_online_softmax},
+    {"test-online-softmax-no-rescale", "(tests only) online-softmax without the rescale", pass_test_online_softmax_no_rescale},
     {"test-perturb-constants", "(tests only) scale every float constant by 1.01", pass_test_perturb_constants},
 };
 

@@ -15,8 +15,8 @@
  * attn.attention: a program per BM query rows of one (batch, head); the
  * softmax over the tiled key axis is computed exactly as written, in three
  * loops over BN-key tiles (row max; row sum of exp; P·V with P normalised),
- * recomputing the scores in each. The online-softmax pass fuses the three
- * into one. Key columns past the end are masked to -inf, rows past the end
+ * recomputing the scores in each, tagged {softmax = "max" | "sum" | "pv"}.
+ * The online-softmax pass fuses the three into one. Key columns past the end are masked to -inf, rows past the end
  * are computed and not stored; a row with no visible key gives 0 and -inf.
  *
  * Tile sizes: the block's schedule for the target, else the target's default.
@@ -461,6 +461,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     Value *j0, **c;
     Value *init = splat(&b, ninf, t.BM, 1);
     Op *l1 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    op_set_attr(b.a, l1, "softmax", attr_str(b.a, "max"));
     Value *s = scores(&t, &body, j0);
     Value *mx = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &s);
     op_set_attr(body.a, mx->def, "kind", attr_str(body.a, "max"));
@@ -471,6 +472,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     /* loop 2: the row sum of exp(s - m) */
     init = splat(&b, fzero, t.BM, 1);
     Op *l2 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    op_set_attr(b.a, l2, "softmax", attr_str(b.a, "sum"));
     s = scores(&t, &body, j0);
     Value *e = unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe));
     Value *rs = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &e);
@@ -482,6 +484,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     /* loop 3: O = Σ softmax(s) · V, P rounded to the input type */
     init = splat(&b, fzero, t.BM, t.DV);
     Op *l3 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
     s = scores(&t, &body, j0);
     Value *p = bin(&body, OP_DIV, unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe)), lsafe);
     Value *vi[4] = {t.bi, t.kh, j0, cindex(&body, 0)};

@@ -1,0 +1,225 @@
+/* online_softmax.c — the three passes over the keys that tiling makes for a
+ * softmax (row max; row sum; P·V with P normalised) become one pass with a
+ * running max m, a running sum l and an unnormalised accumulator rescaled
+ * whenever m moves (FlashAttention's online softmax); one division at the end.
+ * Scores go to base 2 (exp2, with log2(e) folded into the scale when the
+ * scale is the last thing applied before the mask).
+ *
+ *   %m = tile.for ... {softmax = "max"}       %m, %l, %acc = tile.for(..., -inf, 0, 0) ({
+ *   %l = tile.for ... {softmax = "sum"}  ==>    s2 = scores · log2(e); m' = max(m, rowmax(s2))
+ *   %o = tile.for ... {softmax = "pv"}          α = exp2(m - m'); p = exp2(s2 - m')
+ *   ... o, lse = m + log(l)                     l' = α·l + rowsum(p); acc' = α·acc + p·V
+ *                                             }); o = acc / l; lse = m·ln2 + log(l)
+ *
+ * Requires: tiling's three tagged loops, in one block. Guarantees: the same
+ * softmax up to rounding; masked rows still give 0 and -inf.
+ * The test-only twin `test-online-softmax-no-rescale` leaves out the
+ * rescaling by α, which the interpreter must catch.
+ */
+#include "passes/passes.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *softmax_role(const Op *op) {
+    Attr *a = op->kind == OP_FOR ? op_attr(op, "softmax") : NULL;
+    return a && a->kind == AT_STR ? a->s : NULL;
+}
+
+/* ---- building ---------------------------------------------------------------- */
+
+typedef struct B {
+    Arena *a;
+    Op *before;   /* new ops go before this one */
+    SrcLoc loc;
+} B;
+
+static Value *emit(B *b, OpKind k, Type *t, int n, Value **ops) {
+    Op *op = op_create(b->a, k, n, ops, 1, &t, 0);
+    op->loc = b->loc;
+    op_insert_before(b->before, op);
+    return op->results[0];
+}
+
+static Value *constant(B *b, ScalarKind k, double v) {
+    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, k), 0, NULL);
+    op_set_attr(b->a, r->def, "value", attr_float(b->a, v));
+    return r;
+}
+
+static Value *bin(B *b, OpKind k, Value *x, Value *y) {
+    Value *ops[2] = {x, y};
+    const Type *t = x->type->kind == TY_SCALAR ? y->type : x->type;
+    if (x->type->kind == TY_TILE && y->type->kind == TY_TILE) {
+        Dim d[2];
+        for (int i = 0; i < 2; i++)
+            d[i] = x->type->dims[i].size > y->type->dims[i].size ? x->type->dims[i] : y->type->dims[i];
+        t = type_shaped(b->a, TY_TILE, x->type->elem, 2, d);
+    }
+    Type *rt = type_with_elem(b->a, t, k == OP_CMP ? SK_I1 : x->type->elem);
+    return emit(b, k, rt, 2, ops);
+}
+
+static Value *unary(B *b, OpKind k, Value *x) { return emit(b, k, x->type, 1, &x); }
+
+static Value *eq(B *b, Value *x, Value *y) {
+    Value *r = bin(b, OP_CMP, x, y);
+    op_set_attr(b->a, r->def, "pred", attr_str(b->a, "eq"));
+    return r;
+}
+
+static Value *select3(B *b, Value *c, Value *x, Value *y) {
+    Value *ops[3] = {c, x, y};
+    return emit(b, OP_SELECT, y->type->kind == TY_TILE ? y->type : x->type, 3, ops);
+}
+
+static Value *row_reduce(B *b, const char *kind, Value *x) {
+    Dim d[2] = {x->type->dims[0], {NULL, 1}};
+    Value *r = emit(b, OP_TILE_REDUCE, type_shaped(b->a, TY_TILE, x->type->elem, 2, d), 1, &x);
+    op_set_attr(b->a, r->def, "kind", attr_str(b->a, kind));
+    return r;
+}
+
+/* ---- matching the P·V loop ------------------------------------------------------ */
+
+/* In the pv loop: dot(cast(div(exp(sub(S, msafe)), lsafe)), V, acc). */
+typedef struct PV {
+    Op *dot;
+    Value *scores, *vtile;
+} PV;
+
+static bool match_pv(Op *loop, PV *pv) {
+    const Block *body = loop->regions[0].blocks[0];
+    for_each_op(op, body) {
+        if (op->kind != OP_DOT)
+            continue;
+        Value *p = op->operands[0];
+        if (p->def && p->def->kind == OP_CAST)
+            p = p->def->operands[0];
+        if (!p->def || p->def->kind != OP_DIV)
+            continue;
+        Value *e = p->def->operands[0];
+        if (!e->def || e->def->kind != OP_EXP || !e->def->operands[0]->def ||
+            e->def->operands[0]->def->kind != OP_SUB)
+            continue;
+        pv->dot = op;
+        pv->scores = e->def->operands[0]->def->operands[0];
+        pv->vtile = op->operands[1];
+        return true;
+    }
+    return false;
+}
+
+/* Scores into base 2: fold log2(e) into `select(valid, mul(x, c), -inf)`'s
+ * constant when it has that shape, else multiply. */
+static Value *to_base2(B *b, Value *s) {
+    const double log2e = 1.4426950408889634;
+    Op *sel = s->def;
+    if (sel && sel->kind == OP_SELECT) {
+        Value *x = sel->operands[1];
+        Op *mul = x->def;
+        Attr *c = mul && mul->kind == OP_MUL && mul->operands[1]->def &&
+                          mul->operands[1]->def->kind == OP_CONSTANT
+                      ? op_attr(mul->operands[1]->def, "value")
+                      : NULL;
+        if (c && c->kind == AT_FLOAT) {
+            Value *k = constant(b, mul->operands[1]->type->elem, c->f * log2e);
+            Value *scaled = bin(b, OP_MUL, mul->operands[0], k);
+            Value *ops[3] = {sel->operands[0], scaled, sel->operands[2]};
+            return emit(b, OP_SELECT, s->type, 3, ops);
+        }
+    }
+    return bin(b, OP_MUL, s, constant(b, s->type->elem, log2e));
+}
+
+static bool fuse_loops(PassContext *ctx, Op *func, Op *lmax, Op *lsum, Op *lpv, bool rescale) {
+    PV pv;
+    if (!match_pv(lpv, &pv))
+        return true;   /* not the shape tiling makes: leave it */
+    Arena *a = ctx->arena;
+    /* the new loop: lpv's bounds, carrying (m, l, acc) */
+    Value *ops[6] = {lpv->operands[0], lpv->operands[1], lpv->operands[2],
+                     lmax->operands[3], lsum->operands[3], lpv->operands[3]};
+    Type *types[3] = {lmax->results[0]->type, lsum->results[0]->type, lpv->results[0]->type};
+    Op *loop = op_create(a, OP_FOR, 6, ops, 3, types, 1);
+    loop->loc = lpv->loc;
+    op_insert_before(lpv, loop);
+    /* its body: lpv's body, moved, with two more carried values */
+    region_take(&loop->regions[0], &lpv->regions[0]);
+    Block *body = loop->regions[0].blocks[0];
+    Value *acc = body->args[1];
+    Value *m = block_add_arg(a, body, types[0], "m");
+    Value *l = block_add_arg(a, body, types[1], "l");
+    /* block arguments in order: iv, m, l, acc */
+    Value *iv = body->args[0];
+    body->args[1] = m, body->args[2] = l, body->args[3] = acc;
+    for (int i = 0; i < 4; i++)
+        body->args[i]->index = i;
+    (void)iv;
+    Op *yield = body->last;
+    B b = {a, yield, lpv->loc};
+    Value *s = to_base2(&b, pv.scores);
+    Value *ninf = constant(&b, types[0]->elem, -INFINITY), *zero = constant(&b, types[0]->elem, 0);
+    Value *m_new = bin(&b, OP_MAX, m, row_reduce(&b, "max", s));
+    Value *m_safe = select3(&b, eq(&b, m_new, ninf), zero, m_new);
+    Value *alpha = unary(&b, OP_EXP2, bin(&b, OP_SUB, m, m_safe));
+    Value *p = unary(&b, OP_EXP2, bin(&b, OP_SUB, s, m_safe));
+    Value *l_new = bin(&b, OP_ADD, rescale ? bin(&b, OP_MUL, l, alpha) : l, row_reduce(&b, "sum", p));
+    Value *pc = p->type->elem == pv.vtile->type->elem ? p : emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
+    Value *dops[3] = {pc, pv.vtile, rescale ? bin(&b, OP_MUL, acc, alpha) : acc};
+    Value *acc_new = emit(&b, OP_DOT, acc->type, 3, dops);
+    Value *yields[3] = {m_new, l_new, acc_new};
+    Op *y = op_create(a, OP_TILE_YIELD, 3, yields, 0, NULL, 0);
+    y->loc = yield->loc;
+    op_insert_before(yield, y);
+    op_unlink(yield);
+    /* after the loop: o = acc / l, m back to base e for the lse */
+    Op *after = loop->next;
+    B o = {a, after, lpv->loc};
+    Value *mf = loop->results[0], *lf = loop->results[1];
+    Value *l_safe = select3(&o, eq(&o, lf, constant(&o, types[1]->elem, 0)), constant(&o, types[1]->elem, 1), lf);
+    Value *out = bin(&o, OP_DIV, loop->results[2], l_safe);
+    Value *m_nat = bin(&o, OP_MUL, mf, constant(&o, types[0]->elem, 0.6931471805599453));
+    replace_all_uses(func, lpv->results[0], out);
+    replace_all_uses(func, lmax->results[0], m_nat);
+    replace_all_uses(func, lsum->results[0], lf);
+    /* the three old loops are dead now (tile.for is not pure, so not dce's
+     * to remove); dce removes what fed them */
+    op_unlink(lpv);
+    op_unlink(lmax);
+    op_unlink(lsum);
+    return true;
+}
+
+static void walk(PassContext *ctx, Op *func, Block *blk, bool rescale) {
+    for (Op *op = blk->first, *next; op; op = next) {
+        next = op->next;
+        const char *role = softmax_role(op);
+        if (role && strcmp(role, "max") == 0) {
+            Op *lsum = NULL, *lpv = NULL;
+            for (Op *o = op->next; o; o = o->next) {
+                const char *r = softmax_role(o);
+                if (r && strcmp(r, "sum") == 0 && !lsum)
+                    lsum = o;
+                else if (r && strcmp(r, "pv") == 0 && lsum && !lpv)
+                    lpv = o;
+            }
+            if (lsum && lpv) {
+                next = lpv->next;
+                fuse_loops(ctx, func, op, lsum, lpv, rescale);
+            }
+            continue;
+        }
+        for (int r = 0; r < op->nregions; r++)
+            for (int b = 0; b < op->regions[r].nblocks; b++)
+                walk(ctx, func, op->regions[r].blocks[b], rescale);
+    }
+}
+
+static bool run(Op *module, PassContext *ctx, bool rescale) {
+    for_each_op(func, op_body(module)) walk(ctx, func, op_body(func), rescale);
+    return pass_dce(module, ctx);
+}
+
+bool pass_online_softmax(Op *module, PassContext *ctx) { return run(module, ctx, true); }
+bool pass_test_online_softmax_no_rescale(Op *module, PassContext *ctx) { return run(module, ctx, false); }
