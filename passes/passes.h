@@ -8,6 +8,7 @@
  *   pipeline.c   the pipeline of each target
  *   dce.c        dead-code elimination of pure ops
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
+ *   mask_analysis.c  affine key bounds of attention masks (for tiling)
  *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
  *   online_softmax.c  the softmax's three key loops -> one, with running max/sum/rescale
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite
@@ -51,6 +52,8 @@ bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions op
 /* the passes */
 bool pass_dce(Op *module, PassContext *ctx);
 bool pass_fusion(Op *module, PassContext *ctx);
+bool pass_mask_analysis(Op *module, PassContext *ctx);
+bool pass_test_mask_analysis_shrink(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_tiling(Op *module, PassContext *ctx);
 bool pass_online_softmax(Op *module, PassContext *ctx);
 bool pass_test_online_softmax_no_rescale(Op *module, PassContext *ctx);   /* wrong on purpose */

@@ -2,8 +2,9 @@
  * straight-line function each (Triton's make_ttir/make_ttgir style): read
  * top to bottom to see what happens to a program on its way to a target.
  *
- * Today: clean up, fuse, tile (with the target's tile sizes), online
- * softmax. Mask analysis and double buffering join them as they land
+ * Today: clean up, fuse, find mask bands, tile (with the target's tile
+ * sizes, skipping fully masked key tiles), online softmax. Splitting masked
+ * edge tiles from unmasked interior ones and double buffering come next
  * (issue #3).
  */
 #include "passes/passes.h"
@@ -20,6 +21,7 @@ static bool run1(Op *m, const char *name, PassContext *ctx, PassOptions opts) {
 static bool pipeline_sm70(Op *m, PassContext *ctx, PassOptions opts) {
     return run1(m, "dce", ctx, opts) &&
            run1(m, "fusion", ctx, opts) &&
+           run1(m, "mask-analysis", ctx, opts) &&
            run1(m, "tiling", ctx, opts) &&
            run1(m, "online-softmax", ctx, opts);
 }
@@ -27,6 +29,7 @@ static bool pipeline_sm70(Op *m, PassContext *ctx, PassOptions opts) {
 static bool pipeline_sm80(Op *m, PassContext *ctx, PassOptions opts) {
     return run1(m, "dce", ctx, opts) &&
            run1(m, "fusion", ctx, opts) &&
+           run1(m, "mask-analysis", ctx, opts) &&
            run1(m, "tiling", ctx, opts) &&
            run1(m, "online-softmax", ctx, opts);
 }
@@ -34,6 +37,7 @@ static bool pipeline_sm80(Op *m, PassContext *ctx, PassOptions opts) {
 static bool pipeline_sm90a(Op *m, PassContext *ctx, PassOptions opts) {
     return run1(m, "dce", ctx, opts) &&
            run1(m, "fusion", ctx, opts) &&
+           run1(m, "mask-analysis", ctx, opts) &&
            run1(m, "tiling", ctx, opts) &&
            run1(m, "online-softmax", ctx, opts);
 }

@@ -7,6 +7,8 @@
 static const Pass registry[] = {
     {"dce", "remove pure ops whose results are never used", pass_dce},
     {"fusion", "attention -> attn.attention; GEMM + elementwise epilogue -> attn.fused_gemm", pass_fusion},
+    {"mask-analysis", "record the affine key range a mask allows on attn.attention", pass_mask_analysis},
+    {"test-mask-analysis-shrink", "(tests only) mask-analysis with bounds 64 keys too tight", pass_test_mask_analysis_shrink},
     {"tiling", "attn.attention and attn.fused_gemm -> tile.launch kernels over tiles", pass_tiling},
     {"online-softmax", "three passes over the keys -> one, with running max, sum and rescale", pass_online_softmax},
     {"test-online-softmax-no-rescale", "(tests only) online-softmax without the rescale", pass_test_online_softmax_no_rescale},

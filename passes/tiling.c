@@ -19,6 +19,9 @@
  * The online-softmax pass fuses the three into one. Key columns past the end are masked to -inf, rows past the end
  * are computed and not stored; a row with no visible key gives 0 and -inf.
  *
+ * With a band from mask-analysis, each program's key loops run only over
+ * the tiles its rows can see (a causal mask halves the work).
+ *
  * Tile sizes: the block's schedule for the target, else the target's default.
  * Requires: fused ops (passes/fusion.c); fused_gemm with a rank-2 A (others
  * stay as they are). Guarantees: the same values up to the order of the
@@ -401,6 +404,39 @@ static void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
                     vec_push(a, out, op->operands[0]);
 }
 
+/* The value of a band bound (mask-analysis) at row `i`: c + k·i + Σ dims. */
+static Value *band_at(B *b, const Attr *bound, Value *i) {
+    Value *v = bin(b, OP_MUL, i, cindex(b, attrs_get(bound->entries, bound->n, "i")->i));
+    v = bin(b, OP_ADD, v, cindex(b, attrs_get(bound->entries, bound->n, "c")->i));
+    const Attr *dims = attrs_get(bound->entries, bound->n, "dims");
+    for (int d = 0; d < dims->n; d++)
+        v = bin(b, OP_ADD, v, bin(b, OP_MUL, dim_value(b, (Dim){dims->entries[d].name, 0}),
+                                  cindex(b, dims->entries[d].value->i)));
+    return v;
+}
+
+/* The key range [*start, *end) a program's rows [r0, r0 + BM) can see: all
+ * of [0, Nk) without a band; with one, from the band's extremes over the rows
+ * (start rounded down to a tile). Tiles outside are never visited. */
+static void key_range(B *b, const Op *att, Value *r0, int64_t BM, int64_t BN, Value *nk, Value **start,
+                      Value **end) {
+    Attr *band = op_attr(att, "band");
+    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
+    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    Value *last = bin(b, OP_ADD, r0, cindex(b, BM - 1));
+    *start = cindex(b, 0);
+    *end = nk;
+    if (hi) {
+        Value *row = attrs_get(hi->entries, hi->n, "i")->i >= 0 ? last : r0;
+        *end = bin(b, OP_MIN, nk, bin(b, OP_ADD, band_at(b, hi, row), cindex(b, 1)));
+    }
+    if (lo) {
+        Value *row = attrs_get(lo->entries, lo->n, "i")->i >= 0 ? r0 : last;
+        Value *first = bin(b, OP_MAX, *start, band_at(b, lo, row));
+        *start = bin(b, OP_MUL, bin(b, OP_FLOORDIV, first, cindex(b, BN)), cindex(b, BN));
+    }
+}
+
 static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
     AttnTile t = {0};
@@ -451,7 +487,8 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     t.r0 = bin(&b, OP_MUL, args[0], cindex(&b, t.BM));
     t.i_rows = bin(&b, OP_ADD, iota(&b, 0, t.BM, 1), t.r0);
     t.nk = dim_value(&b, kt->dims[2]);
-    Value *zero = cindex(&b, 0), *step = cindex(&b, t.BN);
+    Value *zero = cindex(&b, 0), *step = cindex(&b, t.BN), *kstart, *kend;
+    key_range(&b, att, t.r0, t.BM, t.BN, t.nk, &kstart, &kend);
     const int rows_cols[2] = {2, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
     t.q = load(&b, t.Q, qi, rows_cols, tile_t(&b, t.dt, t.BM, t.D), 0);
@@ -460,7 +497,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     B body;
     Value *j0, **c;
     Value *init = splat(&b, ninf, t.BM, 1);
-    Op *l1 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    Op *l1 = new_for(&b, kstart, kend, step, 1, &init, &body, &j0, &c);
     op_set_attr(b.a, l1, "softmax", attr_str(b.a, "max"));
     Value *s = scores(&t, &body, j0);
     Value *mx = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &s);
@@ -471,7 +508,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     Value *msafe = select3(&b, cmp(&b, "eq", m, ninf), fzero, m);
     /* loop 2: the row sum of exp(s - m) */
     init = splat(&b, fzero, t.BM, 1);
-    Op *l2 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    Op *l2 = new_for(&b, kstart, kend, step, 1, &init, &body, &j0, &c);
     op_set_attr(b.a, l2, "softmax", attr_str(b.a, "sum"));
     s = scores(&t, &body, j0);
     Value *e = unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe));
@@ -483,7 +520,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     Value *lsafe = select3(&b, cmp(&b, "eq", lsum, fzero), cfloat(&b, t.acc, 1), lsum);
     /* loop 3: O = Σ softmax(s) · V, P rounded to the input type */
     init = splat(&b, fzero, t.BM, t.DV);
-    Op *l3 = new_for(&b, zero, t.nk, step, 1, &init, &body, &j0, &c);
+    Op *l3 = new_for(&b, kstart, kend, step, 1, &init, &body, &j0, &c);
     op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
     s = scores(&t, &body, j0);
     Value *p = bin(&body, OP_DIV, unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe)), lsafe);
