@@ -455,7 +455,8 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     int nin = 3 + side.len;
     Value **inputs = NEW_ARRAY(ctx->arena, Value *, nin);
     memcpy(inputs, att->operands, sizeof(Value *) * 3);
-    memcpy(inputs + 3, side.items, sizeof(Value *) * (size_t)side.len);
+    for (int i = 0; i < side.len; i++)
+        inputs[3 + i] = side.items[i];
     B outer = {ctx->arena, NULL, att->loc};
     Block tmp = {0};
     outer.blk = &tmp;
