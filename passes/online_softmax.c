@@ -11,8 +11,10 @@
  *   ... o, lse = m + log(l)                     l' = α·l + rowsum(p); acc' = α·acc + p·V
  *                                             }); o = acc / l; lse = m·ln2 + log(l)
  *
- * Requires: tiling's three tagged loops, in one block. Guarantees: the same
- * softmax up to rounding; masked rows still give 0 and -inf.
+ * Requires: tiling's tagged loops in one block (each of the three kinds may be
+ * a chain of segments: masked edge, unmasked interior, masked edge; they
+ * become a chain of fused loops). Guarantees: the same softmax up to
+ * rounding; masked rows still give 0 and -inf.
  * The test-only twin `test-online-softmax-no-rescale` leaves out the
  * rescaling by α, which the interpreter must catch.
  */
@@ -112,8 +114,21 @@ static bool match_pv(Op *loop, PV *pv) {
 
 /* Scores into base 2: fold log2(e) into `select(valid, mul(x, c), -inf)`'s
  * constant when it has that shape, else multiply. */
+static Value *fold_scale(B *b, Value *x, double k) {
+    Op *mul = x->def;
+    Attr *c = mul && mul->kind == OP_MUL && mul->operands[1]->def && mul->operands[1]->def->kind == OP_CONSTANT
+                  ? op_attr(mul->operands[1]->def, "value")
+                  : NULL;
+    if (!c || c->kind != AT_FLOAT)
+        return NULL;
+    return bin(b, OP_MUL, mul->operands[0], constant(b, mul->operands[1]->type->elem, c->f * k));
+}
+
 static Value *to_base2(B *b, Value *s) {
     const double log2e = 1.4426950408889634;
+    Value *folded = fold_scale(b, s, log2e);   /* an unmasked tile: scale last */
+    if (folded)
+        return folded;
     Op *sel = s->def;
     if (sel && sel->kind == OP_SELECT) {
         Value *x = sel->operands[1];
@@ -132,14 +147,14 @@ static Value *to_base2(B *b, Value *s) {
     return bin(b, OP_MUL, s, constant(b, s->type->elem, log2e));
 }
 
-static bool fuse_loops(PassContext *ctx, Op *func, Op *lmax, Op *lsum, Op *lpv, bool rescale) {
+/* One segment: lpv's body becomes the body of a loop carrying (m, l, acc)
+ * from `init`; returns the new loop (inserted before lpv). */
+static Op *fuse_segment(PassContext *ctx, Op *lmax, Op *lsum, Op *lpv, Value **init, bool rescale) {
     PV pv;
     if (!match_pv(lpv, &pv))
-        return true;   /* not the shape tiling makes: leave it */
+        return NULL;
     Arena *a = ctx->arena;
-    /* the new loop: lpv's bounds, carrying (m, l, acc) */
-    Value *ops[6] = {lpv->operands[0], lpv->operands[1], lpv->operands[2],
-                     lmax->operands[3], lsum->operands[3], lpv->operands[3]};
+    Value *ops[6] = {lpv->operands[0], lpv->operands[1], lpv->operands[2], init[0], init[1], init[2]};
     Type *types[3] = {lmax->results[0]->type, lsum->results[0]->type, lpv->results[0]->type};
     Op *loop = op_create(a, OP_FOR, 6, ops, 3, types, 1);
     loop->loc = lpv->loc;
@@ -158,6 +173,7 @@ static bool fuse_loops(PassContext *ctx, Op *func, Op *lmax, Op *lsum, Op *lpv, 
     (void)iv;
     Op *yield = body->last;
     B b = {a, yield, lpv->loc};
+    (void)lsum;
     Value *s = to_base2(&b, pv.scores);
     Value *ninf = constant(&b, types[0]->elem, -INFINITY), *zero = constant(&b, types[0]->elem, 0);
     Value *m_new = bin(&b, OP_MAX, m, row_reduce(&b, "max", s));
@@ -173,47 +189,63 @@ static bool fuse_loops(PassContext *ctx, Op *func, Op *lmax, Op *lsum, Op *lpv, 
     y->loc = yield->loc;
     op_insert_before(yield, y);
     op_unlink(yield);
-    /* after the loop: o = acc / l, m back to base e for the lse */
-    Op *after = loop->next;
-    B o = {a, after, lpv->loc};
-    Value *mf = loop->results[0], *lf = loop->results[1];
-    Value *l_safe = select3(&o, eq(&o, lf, constant(&o, types[1]->elem, 0)), constant(&o, types[1]->elem, 1), lf);
-    Value *out = bin(&o, OP_DIV, loop->results[2], l_safe);
-    Value *m_nat = bin(&o, OP_MUL, mf, constant(&o, types[0]->elem, 0.6931471805599453));
-    replace_all_uses(func, lpv->results[0], out);
-    replace_all_uses(func, lmax->results[0], m_nat);
-    replace_all_uses(func, lsum->results[0], lf);
-    /* the three old loops are dead now (tile.for is not pure, so not dce's
-     * to remove); dce removes what fed them */
-    op_unlink(lpv);
-    op_unlink(lmax);
-    op_unlink(lsum);
+    return loop;
+}
+
+/* A chain of segments (max loops, sum loops, pv loops; k of each, in order)
+ * becomes k fused loops in a chain; then o = acc / l, and m back to base e. */
+static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **pvs, int k, bool rescale) {
+    PV pv;
+    for (int i = 0; i < k; i++)
+        if (!match_pv(pvs[i], &pv))
+            return true;   /* not the shape tiling makes: leave it */
+    Value *carry[3] = {maxes[0]->operands[3], sums[0]->operands[3], pvs[0]->operands[3]};
+    Op *loop = NULL;
+    for (int i = 0; i < k; i++) {
+        loop = fuse_segment(ctx, maxes[i], sums[i], pvs[i], carry, rescale);
+        for (int r = 0; r < 3; r++)
+            carry[r] = loop->results[r];
+    }
+    Arena *a = ctx->arena;
+    Op *last_pv = pvs[k - 1];
+    B o = {a, last_pv, last_pv->loc};
+    const Type *mt = carry[0]->type, *lt = carry[1]->type;
+    Value *lf = carry[1];
+    Value *l_safe = select3(&o, eq(&o, lf, constant(&o, lt->elem, 0)), constant(&o, lt->elem, 1), lf);
+    Value *out = bin(&o, OP_DIV, carry[2], l_safe);
+    Value *m_nat = bin(&o, OP_MUL, carry[0], constant(&o, mt->elem, 0.6931471805599453));
+    replace_all_uses(func, last_pv->results[0], out);
+    replace_all_uses(func, maxes[k - 1]->results[0], m_nat);
+    replace_all_uses(func, sums[k - 1]->results[0], lf);
+    /* the old loops are dead now (tile.for is not pure, so not dce's to
+     * remove); dce removes what fed them */
+    for (int i = 0; i < k; i++) {
+        op_unlink(pvs[i]);
+        op_unlink(maxes[i]);
+        op_unlink(sums[i]);
+    }
     return true;
 }
 
 static void walk(PassContext *ctx, Op *func, Block *blk, bool rescale) {
-    for (Op *op = blk->first, *next; op; op = next) {
-        next = op->next;
+    enum { MAX_SEGMENTS = 8 };
+    Op *maxes[MAX_SEGMENTS], *sums[MAX_SEGMENTS], *pvs[MAX_SEGMENTS];
+    int nmax = 0, nsum = 0, npv = 0;
+    for (Op *op = blk->first; op; op = op->next) {
         const char *role = softmax_role(op);
-        if (role && strcmp(role, "max") == 0) {
-            Op *lsum = NULL, *lpv = NULL;
-            for (Op *o = op->next; o; o = o->next) {
-                const char *r = softmax_role(o);
-                if (r && strcmp(r, "sum") == 0 && !lsum)
-                    lsum = o;
-                else if (r && strcmp(r, "pv") == 0 && lsum && !lpv)
-                    lpv = o;
-            }
-            if (lsum && lpv) {
-                next = lpv->next;
-                fuse_loops(ctx, func, op, lsum, lpv, rescale);
-            }
-            continue;
-        }
-        for (int r = 0; r < op->nregions; r++)
-            for (int b = 0; b < op->regions[r].nblocks; b++)
-                walk(ctx, func, op->regions[r].blocks[b], rescale);
+        if (role && strcmp(role, "max") == 0 && nmax < MAX_SEGMENTS)
+            maxes[nmax++] = op;
+        else if (role && strcmp(role, "sum") == 0 && nsum < MAX_SEGMENTS)
+            sums[nsum++] = op;
+        else if (role && strcmp(role, "pv") == 0 && npv < MAX_SEGMENTS)
+            pvs[npv++] = op;
+        else
+            for (int r = 0; r < op->nregions; r++)
+                for (int b = 0; b < op->regions[r].nblocks; b++)
+                    walk(ctx, func, op->regions[r].blocks[b], rescale);
     }
+    if (nmax && nmax == nsum && nmax == npv)
+        fuse_chain(ctx, func, maxes, sums, pvs, nmax, rescale);
 }
 
 static bool run(Op *module, PassContext *ctx, bool rescale) {

@@ -15,7 +15,9 @@
  * attn.attention: a program per BM query rows of one (batch, head); the
  * softmax over the tiled key axis is computed exactly as written, in three
  * loops over BN-key tiles (row max; row sum of exp; P·V with P normalised),
- * recomputing the scores in each, tagged {softmax = "max" | "sum" | "pv"}.
+ * recomputing the scores in each, tagged {softmax = "max" | "sum" | "pv"};
+ * each loop may come as a chain of segments (masked edge, unmasked interior,
+ * masked edge) when mask-analysis found an exact band.
  * The online-softmax pass fuses the three into one. Key columns past the end are masked to -inf, rows past the end
  * are computed and not stored; a row with no visible key gives 0 and -inf.
  *
@@ -363,8 +365,10 @@ typedef struct AttnTile {
     Value *nk;
 } AttnTile;
 
-/* The masked scores of key tile j0, as the unfused program computes them. */
-static Value *scores(AttnTile *t, B *b, Value *j0) {
+/* The scores of key tile j0, as the unfused program computes them; with
+ * `masked`, keys past Nk and keys the mask hides are -inf (an interior tile,
+ * entirely inside the mask's band and Nk, needs neither). */
+static Value *scores(AttnTile *t, B *b, Value *j0, bool masked) {
     const int rows_cols[2] = {2, 3};
     Value *zero = cindex(b, 0);
     Value *ki[4] = {t->bi, t->kh, j0, zero};
@@ -380,6 +384,8 @@ static Value *scores(AttnTile *t, B *b, Value *j0) {
         x = bin(b, OP_ADD, x, splat(b, cfloat(b, SK_F32, 0), t->BM, t->BN));   /* full shape */
         s = cast(b, x, t->acc);
     }
+    if (!masked)
+        return s;
     Value *valid = cmp(b, "lt", j, t->nk);
     if (t->att->regions[1].nblocks) {
         Value *args[4] = {t->bi, t->h, t->i_rows, j};
@@ -415,26 +421,48 @@ static Value *band_at(B *b, const Attr *bound, Value *i) {
     return v;
 }
 
-/* The key range [*start, *end) a program's rows [r0, r0 + BM) can see: all
- * of [0, Nk) without a band; with one, from the band's extremes over the rows
- * (start rounded down to a tile). Tiles outside are never visited. */
-static void key_range(B *b, const Op *att, Value *r0, int64_t BM, int64_t BN, Value *nk, Value **start,
-                      Value **end) {
+/* The key tiles a program's rows [r0, r0 + BM) visit, as segments of
+ * [start, end): without a band, all of [0, Nk), masked. With one, only the
+ * range its rows can see (start rounded down to a tile); with an exact band,
+ * split into a masked edge, an unmasked interior (tiles every row sees
+ * entirely, inside Nk) and a masked edge. Tiles outside are never visited. */
+typedef struct Segment {
+    Value *start, *end;
+    bool masked;
+} Segment;
+
+static int key_segments(B *b, const Op *att, Value *r0, int64_t BM, int64_t BN, Value *nk, Segment *seg) {
     Attr *band = op_attr(att, "band");
     Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
     Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
-    Value *last = bin(b, OP_ADD, r0, cindex(b, BM - 1));
-    *start = cindex(b, 0);
-    *end = nk;
+    Value *last = bin(b, OP_ADD, r0, cindex(b, BM - 1)), *bn = cindex(b, BN);
+    Value *start = cindex(b, 0), *end = nk;
+    /* the widest range any row sees, and the range every row sees */
+    Value *all_lo = start, *all_hi = nk;
     if (hi) {
-        Value *row = attrs_get(hi->entries, hi->n, "i")->i >= 0 ? last : r0;
-        *end = bin(b, OP_MIN, nk, bin(b, OP_ADD, band_at(b, hi, row), cindex(b, 1)));
+        bool up = attrs_get(hi->entries, hi->n, "i")->i >= 0;
+        end = bin(b, OP_MIN, nk, bin(b, OP_ADD, band_at(b, hi, up ? last : r0), cindex(b, 1)));
+        all_hi = bin(b, OP_MIN, nk, bin(b, OP_ADD, band_at(b, hi, up ? r0 : last), cindex(b, 1)));
     }
     if (lo) {
-        Value *row = attrs_get(lo->entries, lo->n, "i")->i >= 0 ? r0 : last;
-        Value *first = bin(b, OP_MAX, *start, band_at(b, lo, row));
-        *start = bin(b, OP_MUL, bin(b, OP_FLOORDIV, first, cindex(b, BN)), cindex(b, BN));
+        bool up = attrs_get(lo->entries, lo->n, "i")->i >= 0;
+        start = bin(b, OP_MUL, bin(b, OP_FLOORDIV, bin(b, OP_MAX, start, band_at(b, lo, up ? r0 : last)), bn), bn);
+        all_lo = bin(b, OP_MAX, start, band_at(b, lo, up ? last : r0));
     }
+    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    if (!exact || !exact->i) {
+        seg[0] = (Segment){start, end, true};
+        return 1;
+    }
+    /* interior: whole tiles in [all_lo, all_hi), clamped into [start, end] */
+    Value *in_lo = bin(b, OP_MIN, bin(b, OP_MUL, ceildiv(b, all_lo, BN), bn), end);
+    in_lo = bin(b, OP_MAX, in_lo, start);
+    Value *in_hi = bin(b, OP_MUL, bin(b, OP_FLOORDIV, all_hi, bn), bn);
+    in_hi = bin(b, OP_MIN, bin(b, OP_MAX, in_hi, in_lo), end);
+    seg[0] = (Segment){start, in_lo, true};
+    seg[1] = (Segment){in_lo, in_hi, false};
+    seg[2] = (Segment){in_hi, end, true};
+    return 3;
 }
 
 static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
@@ -488,49 +516,57 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     t.r0 = bin(&b, OP_MUL, args[0], cindex(&b, t.BM));
     t.i_rows = bin(&b, OP_ADD, iota(&b, 0, t.BM, 1), t.r0);
     t.nk = dim_value(&b, kt->dims[2]);
-    Value *zero = cindex(&b, 0), *step = cindex(&b, t.BN), *kstart, *kend;
-    key_range(&b, att, t.r0, t.BM, t.BN, t.nk, &kstart, &kend);
+    Value *zero = cindex(&b, 0), *step = cindex(&b, t.BN);
+    Segment seg[3];
+    int nseg = key_segments(&b, att, t.r0, t.BM, t.BN, t.nk, seg);
     const int rows_cols[2] = {2, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
     t.q = load(&b, t.Q, qi, rows_cols, tile_t(&b, t.dt, t.BM, t.D), 0);
     Value *ninf = cfloat(&b, t.acc, -INFINITY), *fzero = cfloat(&b, t.acc, 0);
-    /* loop 1: the row max */
     B body;
     Value *j0, **c;
-    Value *init = splat(&b, ninf, t.BM, 1);
-    Op *l1 = new_for(&b, kstart, kend, step, 1, &init, &body, &j0, &c);
-    op_set_attr(b.a, l1, "softmax", attr_str(b.a, "max"));
-    Value *s = scores(&t, &body, j0);
-    Value *mx = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &s);
-    op_set_attr(body.a, mx->def, "kind", attr_str(body.a, "max"));
-    Value *m1 = bin(&body, OP_MAX, c[0], mx);
-    yield(&body, 1, &m1);
-    Value *m = l1->results[0];
+    /* loops 1: the row max, over each segment in turn */
+    Value *m = splat(&b, ninf, t.BM, 1);
+    for (int k = 0; k < nseg; k++) {
+        Op *l1 = new_for(&b, seg[k].start, seg[k].end, step, 1, &m, &body, &j0, &c);
+        op_set_attr(b.a, l1, "softmax", attr_str(b.a, "max"));
+        Value *s = scores(&t, &body, j0, seg[k].masked);
+        Value *mx = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &s);
+        op_set_attr(body.a, mx->def, "kind", attr_str(body.a, "max"));
+        Value *m1 = bin(&body, OP_MAX, c[0], mx);
+        yield(&body, 1, &m1);
+        m = l1->results[0];
+    }
     Value *msafe = select3(&b, cmp(&b, "eq", m, ninf), fzero, m);
-    /* loop 2: the row sum of exp(s - m) */
-    init = splat(&b, fzero, t.BM, 1);
-    Op *l2 = new_for(&b, kstart, kend, step, 1, &init, &body, &j0, &c);
-    op_set_attr(b.a, l2, "softmax", attr_str(b.a, "sum"));
-    s = scores(&t, &body, j0);
-    Value *e = unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe));
-    Value *rs = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &e);
-    op_set_attr(body.a, rs->def, "kind", attr_str(body.a, "sum"));
-    Value *l_next = bin(&body, OP_ADD, c[0], rs);
-    yield(&body, 1, &l_next);
-    Value *lsum = l2->results[0];
+    /* loops 2: the row sum of exp(s - m) */
+    Value *lsum = splat(&b, fzero, t.BM, 1);
+    for (int k = 0; k < nseg; k++) {
+        Op *l2 = new_for(&b, seg[k].start, seg[k].end, step, 1, &lsum, &body, &j0, &c);
+        op_set_attr(b.a, l2, "softmax", attr_str(b.a, "sum"));
+        Value *s = scores(&t, &body, j0, seg[k].masked);
+        Value *e = unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe));
+        Value *rs = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &e);
+        op_set_attr(body.a, rs->def, "kind", attr_str(body.a, "sum"));
+        Value *l_next = bin(&body, OP_ADD, c[0], rs);
+        yield(&body, 1, &l_next);
+        lsum = l2->results[0];
+    }
     Value *lsafe = select3(&b, cmp(&b, "eq", lsum, fzero), cfloat(&b, t.acc, 1), lsum);
-    /* loop 3: O = Σ softmax(s) · V, P rounded to the input type */
-    init = splat(&b, fzero, t.BM, t.DV);
-    Op *l3 = new_for(&b, kstart, kend, step, 1, &init, &body, &j0, &c);
-    op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
-    s = scores(&t, &body, j0);
-    Value *p = bin(&body, OP_DIV, unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe)), lsafe);
-    Value *vi[4] = {t.bi, t.kh, j0, cindex(&body, 0)};
-    Value *vtile = load(&body, t.V, vi, rows_cols, tile_t(&body, t.dt, t.BN, t.DV), 0);
-    Value *ops[3] = {cast(&body, p, t.dt), vtile, c[0]};
-    Value *o_next = emit(&body, OP_DOT, c[0]->type, 3, ops);
-    yield(&body, 1, &o_next);
-    store(&b, args[3 + nin], cast(&b, l3->results[0], t.dt), qi, rows_cols);
+    /* loops 3: O = Σ softmax(s) · V, P rounded to the input type */
+    Value *acc = splat(&b, fzero, t.BM, t.DV);
+    for (int k = 0; k < nseg; k++) {
+        Op *l3 = new_for(&b, seg[k].start, seg[k].end, step, 1, &acc, &body, &j0, &c);
+        op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
+        Value *s = scores(&t, &body, j0, seg[k].masked);
+        Value *p = bin(&body, OP_DIV, unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe)), lsafe);
+        Value *vi[4] = {t.bi, t.kh, j0, cindex(&body, 0)};
+        Value *vtile = load(&body, t.V, vi, rows_cols, tile_t(&body, t.dt, t.BN, t.DV), 0);
+        Value *ops[3] = {cast(&body, p, t.dt), vtile, c[0]};
+        Value *o_next = emit(&body, OP_DOT, c[0]->type, 3, ops);
+        yield(&body, 1, &o_next);
+        acc = l3->results[0];
+    }
+    store(&b, args[3 + nin], cast(&b, acc, t.dt), qi, rows_cols);
     if (att->nresults == 2) {
         Value *lse = bin(&b, OP_ADD, cast(&b, m, SK_F32), unary(&b, OP_LOG, cast(&b, lsum, SK_F32)));
         const int lse_dims[2] = {2, -1};
