@@ -762,6 +762,85 @@ static bool eval_tile_misc(Interp *in, const Op *op) {
     return true;
 }
 
+/* ---- shared buffers and async copies ---------------------------------------
+ * A copy is only recorded when issued; it lands when a tile.wait for it (or
+ * for a later copy: copies complete in order) runs. Until then the stage
+ * holds whatever it held (NaN in a new buffer), so a missing wait or a wrong
+ * stage index reads the wrong data, as it would on the GPU. */
+
+typedef struct Copy {
+    Tensor *src, *dst;
+    int64_t stage, src_index[MAX_RANK];
+    const Op *op;
+    int64_t seq;
+    bool done;
+} Copy;
+
+static bool eval_alloc(Interp *in, const Op *op) {
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    for (int64_t e = 0; e < r->size; e++)
+        r->data[e] = NAN;
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
+static bool eval_copy_async(Interp *in, const Op *op) {
+    Copy *c = NEW(in->arena, Copy);
+    c->src = get(in, op->operands[0]);
+    c->dst = get(in, op->operands[1]);
+    c->stage = index_operand(in, op, 2);
+    for (int d = 0; d < c->src->rank; d++)
+        c->src_index[d] = index_operand(in, op, 3 + d);
+    c->op = op;
+    c->seq = in->copies.len;
+    if (c->stage < 0 || c->stage >= c->dst->dims[0])
+        return fail(in, op, "stage %lld is outside the buffer's %lld stages", (long long)c->stage,
+                    (long long)c->dst->dims[0]);
+    vec_push(in->arena, &in->copies, c);
+    Tensor *tok = scalar_tensor(in, SK_INDEX, (double)c->seq);
+    tok->dtype = SK_NONE;
+    map_put(in->arena, &in->values, op->results[0], tok);
+    return true;
+}
+
+static void land(Copy *c) {
+    Attr *dims = op_attr(c->op, "dims");
+    int64_t box[MAX_RANK], n = 1;
+    int rank = c->dst->rank - 1;
+    for (int a = 0; a < rank; a++)
+        n *= box[a] = c->dst->dims[1 + a];
+    for (int64_t e = 0; e < n; e++) {
+        int64_t t[MAX_RANK], r = e, coord[MAX_RANK], off = 0;
+        for (int a = rank - 1; a >= 0; a--) {
+            t[a] = r % box[a];
+            r /= box[a];
+        }
+        memcpy(coord, c->src_index, sizeof coord);
+        for (int a = 0; a < rank; a++)
+            if (dims->elems[a]->i >= 0)
+                coord[dims->elems[a]->i] += t[a];
+        bool inside = true;
+        for (int d = 0; d < c->src->rank; d++) {
+            inside &= coord[d] >= 0 && coord[d] < c->src->dims[d];
+            off = off * c->src->dims[d] + coord[d];
+        }
+        c->dst->data[c->stage * n + e] = inside ? c->src->data[off] : 0;
+    }
+    c->done = true;
+}
+
+static bool eval_wait(Interp *in, const Op *op) {
+    int64_t seq = (int64_t)get(in, op->operands[0])->data[0];
+    for (int i = 0; i <= seq && i < in->copies.len; i++) {
+        Copy *c = in->copies.items[i];
+        if (!c->done)
+            land(c);
+    }
+    return true;
+}
+
 static bool eval_for(Interp *in, const Op *op) {
     int64_t lb = index_operand(in, op, 0), ub = index_operand(in, op, 1), step = index_operand(in, op, 2);
     if (step <= 0)
@@ -804,6 +883,7 @@ static bool eval_launch(Interp *in, const Op *op) {
                 Arena scratch = {0};
                 Interp prog = *in;
                 prog.arena = &scratch;
+                prog.copies = (PtrVec){0};   /* a program's copies are its own */
                 map_init(&prog.values, false);
                 int64_t pid[3] = {x, y, z};
                 for (int i = 0; i < 3; i++)
@@ -838,6 +918,9 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_ATTENTION: return eval_attention(in, op);
     case OP_FUSED_GEMM: return eval_fused_gemm(in, op);
     case OP_LAUNCH: return eval_launch(in, op);
+    case OP_ALLOC: return eval_alloc(in, op);
+    case OP_COPY_ASYNC: return eval_copy_async(in, op);
+    case OP_WAIT: return eval_wait(in, op);
     case OP_ASSERT:
         if (get(in, op->operands[0])->data[0] == 0)
             return fail(in, op, "%s", op_attr(op, "message")->s);

@@ -50,6 +50,7 @@ typedef struct Interp {
     bool exact;        /* float64 reference: no rounding anywhere */
     Bindings *bind;
     Map values;        /* Value* -> Tensor* */
+    PtrVec copies;     /* async copies issued by the running program, in order */
     bool failed;
 } Interp;
 

@@ -679,6 +679,48 @@ static void verify_tile_reduce(Verifier *v, Op *op) {
         op_error(v, op, "reduces the rows of a 2-D tile to [M, 1]");
 }
 
+/* tile.alloc : memref<..., shared> — a buffer of the program's own */
+static void verify_alloc(Verifier *v, Op *op) {
+    const Type *t = op->results[0]->type;
+    if (t->kind != TY_MEMREF || t->space != AS_SHARED)
+        op_error(v, op, "allocates a shared memref");
+    for (int i = 0; t->kind == TY_MEMREF && i < t->rank; i++)
+        if (t->dims[i].sym)
+            op_error(v, op, "needs a shape of numbers");
+}
+
+/* tile.copy_async(%src, %dst, %stage, %src_idx...) {dims} : token — starts
+ * copying the box of src at src_idx (shape dst's without its first
+ * dimension; `dims` as for tile.load) into dst[stage]. */
+static void verify_copy_async(Verifier *v, Op *op) {
+    const Type *src = op->operands[0]->type, *dst = op->operands[1]->type;
+    if (src->kind != TY_MEMREF || dst->kind != TY_MEMREF || dst->space != AS_SHARED || dst->rank < 2 ||
+        dst->elem != src->elem || op->results[0]->type->kind != TY_TOKEN || !is_index(op->operands[2]->type)) {
+        op_error(v, op, "copies from a memref into a stage of a shared memref, giving a token");
+        return;
+    }
+    Attr *dims = op_attr(op, "dims");
+    if (op->noperands - 3 != src->rank || !dims || dims->kind != AT_ARRAY || dims->n != dst->rank - 1) {
+        op_error(v, op, "needs one source index per source dimension and 'dims', one per box axis");
+        return;
+    }
+    for (int i = 3; i < op->noperands; i++)
+        if (!is_index(op->operands[i]->type)) {
+            op_error(v, op, "indices must be index");
+            return;
+        }
+    for (int i = 0; i < dims->n; i++)
+        if (dims->elems[i]->kind != AT_INT || dims->elems[i]->i < -1 || dims->elems[i]->i >= src->rank) {
+            op_error(v, op, "'dims' entry %d must name a source dimension (or -1)", i);
+            return;
+        }
+}
+
+static void verify_wait(Verifier *v, Op *op) {
+    if (op->operands[0]->type->kind != TY_TOKEN)
+        op_error(v, op, "waits for a token");
+}
+
 typedef void (*VerifyFn)(Verifier *, Op *);
 static const VerifyFn verify_fns[OP__COUNT] = {
 #define OP(id, name, mino, maxo, nres, nreg, verify, flags) verify_##verify,

@@ -11,6 +11,7 @@
  *   mask_analysis.c  affine key bounds of attention masks (for tiling)
  *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
  *   online_softmax.c  the softmax's three key loops -> one, with running max/sum/rescale
+ *   double_buffer.c   loads of iteration it + S - 1 copied async into S shared stages
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite
  */
 #ifndef ATTNC_PASSES_H
@@ -56,6 +57,9 @@ bool pass_mask_analysis(Op *module, PassContext *ctx);
 bool pass_test_mask_analysis_shrink(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_tiling(Op *module, PassContext *ctx);
 bool pass_online_softmax(Op *module, PassContext *ctx);
+bool pass_double_buffer(Op *module, PassContext *ctx);
+bool pass_test_double_buffer_no_wait(Op *module, PassContext *ctx);       /* wrong on purpose */
+bool pass_test_double_buffer_wrong_stage(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_online_softmax_no_rescale(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
 

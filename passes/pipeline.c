@@ -3,9 +3,10 @@
  * top to bottom to see what happens to a program on its way to a target.
  *
  * Today: clean up, fuse, find mask bands, tile (with the target's tile
- * sizes, skipping fully masked key tiles), online softmax. Splitting masked
- * edge tiles from unmasked interior ones and double buffering come next
- * (issue #3).
+ * sizes, skipping fully masked key tiles, masked edges apart from unmasked
+ * interiors), online softmax, double buffering (the block's stages for the
+ * target). The targets differ in tile sizes and stages; the target-specific
+ * lowering (issue #4) follows these.
  */
 #include "passes/passes.h"
 
@@ -23,7 +24,8 @@ static bool pipeline_sm70(Op *m, PassContext *ctx, PassOptions opts) {
            run1(m, "fusion", ctx, opts) &&
            run1(m, "mask-analysis", ctx, opts) &&
            run1(m, "tiling", ctx, opts) &&
-           run1(m, "online-softmax", ctx, opts);
+           run1(m, "online-softmax", ctx, opts) &&
+           run1(m, "double-buffer", ctx, opts);
 }
 
 static bool pipeline_sm80(Op *m, PassContext *ctx, PassOptions opts) {
@@ -31,7 +33,8 @@ static bool pipeline_sm80(Op *m, PassContext *ctx, PassOptions opts) {
            run1(m, "fusion", ctx, opts) &&
            run1(m, "mask-analysis", ctx, opts) &&
            run1(m, "tiling", ctx, opts) &&
-           run1(m, "online-softmax", ctx, opts);
+           run1(m, "online-softmax", ctx, opts) &&
+           run1(m, "double-buffer", ctx, opts);
 }
 
 static bool pipeline_sm90a(Op *m, PassContext *ctx, PassOptions opts) {
@@ -39,7 +42,8 @@ static bool pipeline_sm90a(Op *m, PassContext *ctx, PassOptions opts) {
            run1(m, "fusion", ctx, opts) &&
            run1(m, "mask-analysis", ctx, opts) &&
            run1(m, "tiling", ctx, opts) &&
-           run1(m, "online-softmax", ctx, opts);
+           run1(m, "online-softmax", ctx, opts) &&
+           run1(m, "double-buffer", ctx, opts);
 }
 
 static const struct {

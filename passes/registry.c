@@ -11,6 +11,9 @@ static const Pass registry[] = {
     {"test-mask-analysis-shrink", "(tests only) mask-analysis with bounds 64 keys too tight", pass_test_mask_analysis_shrink},
     {"tiling", "attn.attention and attn.fused_gemm -> tile.launch kernels over tiles", pass_tiling},
     {"online-softmax", "three passes over the keys -> one, with running max, sum and rescale", pass_online_softmax},
+    {"double-buffer", "loads in kernel loops -> async copies into a ring of shared stages", pass_double_buffer},
+    {"test-double-buffer-no-wait", "(tests only) double-buffer without the waits", pass_test_double_buffer_no_wait},
+    {"test-double-buffer-wrong-stage", "(tests only) double-buffer reading the stage being filled", pass_test_double_buffer_wrong_stage},
     {"test-online-softmax-no-rescale", "(tests only) online-softmax without the rescale", pass_test_online_softmax_no_rescale},
     {"test-perturb-constants", "(tests only) scale every float constant by 1.01", pass_test_perturb_constants},
 };
