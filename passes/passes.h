@@ -40,6 +40,9 @@ typedef struct PassOptions {
     bool time_passes;       /* report each pass's time to `dump` */
     FILE *dump;
     PrintOptions print;
+    /* called after every pass (after verification); false stops the run */
+    bool (*after_each)(Op *module, const char *pass, void *user);
+    void *user;
 } PassOptions;
 
 /* Runs the passes in order; false on the first failure. */

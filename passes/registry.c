@@ -55,6 +55,8 @@ bool run_passes(Op *module, const Pass *const *list, int n, PassContext *ctx, Pa
             diag_plain(ctx->diag, "the IR is invalid after pass '%s'", list[i]->name);
             return false;
         }
+        if (opts.after_each && !opts.after_each(module, list[i]->name, opts.user))
+            return false;
     }
     if (opts.time_passes)
         fprintf(opts.dump, "// time: %-20s %8.3f ms\n", "total", total * 1e3);

@@ -103,6 +103,9 @@ static const char run_usage[] =
     "  --seed N         seed of the random inputs (default 1)\n"
     "  --check          compare every output with a float64 evaluation of the\n"
     "                   unoptimised program; exit 1 if one is out of tolerance\n"
+    "  --check-each-pass  the same check after every pass of the pipeline, naming\n"
+    "                   the first pass after which an output is out of tolerance\n"
+    "  -time-passes     report each pass's time (standard error)\n"
     "  -q               print only failures\n";
 
 static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) {
@@ -122,6 +125,10 @@ static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) 
             r->arch = tool_flag_value(arg, "-arch");
         } else if (strcmp(arg, "--check") == 0) {
             r->run.check = true;
+        } else if (strcmp(arg, "--check-each-pass") == 0) {
+            r->run.check = r->each_pass = true;
+        } else if (strcmp(arg, "-time-passes") == 0) {
+            r->time_passes = true;
         } else if ((handled = tool_run_arg(a, d, argc, argv, &i, r)) != 0) {
             if (handled < 0)
                 return 1;
@@ -146,6 +153,24 @@ static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) 
     return 0;
 }
 
+/* --check-each-pass: the interpreter's check after every pass. */
+struct EachPass {
+    Arena *a;
+    Diag *d;
+    const Op *reference;
+    const RunOptions *run;
+};
+
+static bool check_after_pass(Op *module, const char *pass, void *user) {
+    struct EachPass *e = user;
+    RunOptions quiet = *e->run;
+    quiet.quiet = true;
+    if (interp_run_module(e->a, e->d, e->reference, module, &quiet, stdout))
+        return true;
+    diag_plain(e->d, "the program's meaning changed in pass '%s'", pass);
+    return false;
+}
+
 static int run_main(int argc, char **argv, Diag *d) {
     Arena a = {0};
     RunArgs r = {.arch = "sm_80"};
@@ -168,7 +193,13 @@ static int run_main(int argc, char **argv, Diag *d) {
     if (ok) {
         r.run.consts = program_consts(&a, ast);
         PassContext ctx = {.arena = &a, .diag = d};
-        ok = run_pipeline(lowered, r.arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}) &&
+        struct EachPass each = {&a, d, reference, &r.run};
+        PassOptions popts = {.verify_each = true, .time_passes = r.time_passes, .dump = stderr};
+        if (r.each_pass) {
+            popts.after_each = check_after_pass;
+            popts.user = &each;
+        }
+        ok = run_pipeline(lowered, r.arch, &ctx, popts) &&
              interp_run_module(&a, d, reference, lowered, &r.run, stdout);
     }
     arena_free(&a);

@@ -41,6 +41,7 @@ const char *tool_flag_value(const char *arg, const char *name);
 typedef struct RunArgs {
     const char *input, *arch;
     RunOptions run;
+    bool each_pass, time_passes;   /* attnc run --check-each-pass, -time-passes */
     Map consts;            /* -D values, which may replace constants */
     PtrVec names, values;  /* -D in order */
 } RunArgs;

@@ -2,7 +2,8 @@
 # check-examples.sh ATTNC EXAMPLES_DIR
 # Runs every example through `attnc run --check` on ragged sizes, several
 # seeds and each target's pipeline (so each target's tile sizes): the lowered
-# program must agree with the float64 evaluation of the unoptimised one.
+# program must agree with the float64 evaluation of the unoptimised one; and
+# once more with the check after every pass (each prefix of the pipeline).
 # Sizes are kept small enough for CI (a few seconds each).
 set -e
 attnc=$1 dir=$2
@@ -18,6 +19,13 @@ for f in "$dir"/*.attn; do
       n=$((n + 1))
     done
   done
+done
+# after every pass of the pipeline (its prefixes), on two key tiles
+for f in "$dir"/*.attn; do
+  args="--seed 4 -arch sm_70 $small -D N=100 -D T=100 -D NQ=100 -D NK=90"
+  "$attnc" run "$f" --check-each-pass -q $args 2>/dev/null ||
+    { echo "FAILED: $f --check-each-pass $args"; "$attnc" run "$f" --check-each-pass $args; exit 1; }
+  n=$((n + 1))
 done
 # one longer sequence, and a batch of 3, on the cheapest attention example
 "$attnc" run "$dir/mha.attn" --check -q -arch sm_70 -D N=257 -D B=3
