@@ -24,6 +24,10 @@
  * With a band from mask-analysis, each program's key loops run only over
  * the tiles its rows can see (a causal mask halves the work).
  *
+ * Any other elementwise op, reduction or softmax over the last axis (on rank
+ * 1 or 2 tensors with a numeric last dimension, as in an RMSNorm) becomes a
+ * row kernel: a program per 16 rows holding whole rows.
+ *
  * Tile sizes: the block's schedule for the target, else the target's default.
  * Requires: fused ops (passes/fusion.c); fused_gemm with a rank-2 A (others
  * stay as they are). Guarantees: the same values up to the order of the
@@ -488,7 +492,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     B outer = {ctx->arena, NULL, att->loc};
     Block tmp = {0};
     outer.blk = &tmp;
-    if (!dim_equal(qt->dims[1], kt->dims[1])) {
+    if (!dim_equal(qt->dims[1], kt->dims[1]) && (qt->dims[1].sym || kt->dims[1].sym)) {
         /* GQA with symbolic heads: the grouping needs Hq % Hkv == 0 */
         Value *r = bin(&outer, OP_REM, dim_value(&outer, qt->dims[1]), dim_value(&outer, kt->dims[1]));
         Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){cmp(&outer, "eq", r, cindex(&outer, 0))}, 0, NULL, 0);
@@ -585,6 +589,147 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     return true;
 }
 
+/* ---- everything else: row kernels ------------------------------------------------
+ * An elementwise op, a reduction or a softmax over the last axis, on tensors
+ * of rank 1 or 2 whose last dimension is a number, becomes a kernel with a
+ * program per RB rows, each holding whole rows [RB, N] in one tile.
+ * Reductions and softmax compute in f32 and round once, as attn.reduce does. */
+
+enum { RB = 16 };
+
+static bool is_row_op(const Op *op) {
+    switch (op->kind) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MIN: case OP_MAX: case OP_NEG:
+    case OP_CAST: case OP_EXP: case OP_EXP2: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
+    case OP_ABS: case OP_SIGMOID: case OP_SILU: case OP_GELU: case OP_GELU_TANH: case OP_RELU:
+    case OP_CMP: case OP_SELECT: case OP_AND: case OP_OR: case OP_NOT:
+    case OP_REDUCE: case OP_SOFTMAX:
+        break;
+    default:
+        return false;
+    }
+    const Type *r = op->results[0]->type;
+    if (r->kind != TY_TENSOR || r->rank < 1 || r->rank > 2)
+        return false;
+    for (int i = 0; i < op->noperands; i++) {
+        const Type *t = op->operands[i]->type;
+        if (t->kind == TY_TENSOR ? (t->rank < 1 || t->rank > 2 || t->dims[t->rank - 1].sym)
+                                 : !(op->operands[i]->def && (op->operands[i]->def->kind == OP_CONSTANT ||
+                                                               op->operands[i]->def->kind == OP_DIM)))
+            return false;
+    }
+    return !r->dims[r->rank - 1].sym;
+}
+
+/* The [rows, cols] tile of a tensor of rank 1 or 2 seen as rows of a
+ * program: rank 1 is one row; a dimension of 1 stays 1 (broadcast). */
+static Value *row_tile_load(B *b, Value *mem, Value *r0) {
+    const Type *t = mem->type;
+    int dims[2];
+    Value *idx[2];
+    int64_t shape[2];
+    if (t->rank == 1) {
+        dims[0] = -1, dims[1] = 0;
+        idx[0] = cindex(b, 0);
+        shape[0] = 1, shape[1] = t->dims[0].size;
+    } else {
+        bool one = !t->dims[0].sym && t->dims[0].size == 1;
+        dims[0] = 0, dims[1] = 1;
+        idx[0] = one ? cindex(b, 0) : r0;
+        idx[1] = cindex(b, 0);
+        shape[0] = one ? 1 : RB, shape[1] = t->dims[1].size;
+    }
+    return load(b, mem, idx, dims, tile_t(b, t->elem, shape[0], shape[1]), 0);
+}
+
+static Value *row_reduce(B *b, const char *kind, Value *x) {
+    Value *r = emit(b, OP_TILE_REDUCE, tile_t(b, x->type->elem, x->type->dims[0].size, 1), 1, &x);
+    op_set_attr(b->a, r->def, "kind", attr_str(b->a, kind));
+    return r;
+}
+
+static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
+    const Type *rt = op->results[0]->type;
+    PtrVec tensors = {0};
+    for (int i = 0; i < op->noperands; i++)
+        if (op->operands[i]->type->kind == TY_TENSOR)
+            vec_push(ctx->arena, &tensors, op->operands[i]);
+    B outer = {ctx->arena, NULL, op->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    Value *rows = rt->rank == 2 ? dim_value(&outer, rt->dims[0]) : cindex(&outer, 1);
+    Value *grid[3] = {cindex(&outer, 1), ceildiv(&outer, rows, RB), cindex(&outer, 1)};
+    Value **args;
+    Op *l = new_launch(&outer, op, grid, tensors.len, (Value **)tensors.items, &args);
+    B b = {ctx->arena, l->regions[0].blocks[0], op->loc};
+    Value *r0 = bin(&b, OP_MUL, args[1], cindex(&b, RB));
+    Value *x[3];
+    int ti = 0;
+    for (int i = 0; i < op->noperands; i++) {
+        Value *v = op->operands[i];
+        if (v->type->kind == TY_TENSOR) {
+            x[i] = row_tile_load(&b, args[3 + ti++], r0);
+        } else {   /* a scalar constant or dimension, recomputed inside */
+            Value *c = emit(&b, v->def->kind, v->type, 0, NULL);
+            c->def->attrs = v->def->attrs;
+            c->def->nattrs = v->def->nattrs;
+            x[i] = c;
+        }
+    }
+    Value *y;
+    if (op->kind == OP_REDUCE || op->kind == OP_SOFTMAX) {
+        const char *kind = op->kind == OP_SOFTMAX ? "softmax" : op_attr(op, "kind")->s;
+        Value *f = cast(&b, x[0], SK_F32);
+        int64_t n = f->type->dims[1].size;
+        if (strcmp(kind, "max") == 0) {
+            y = row_reduce(&b, "max", f);
+        } else if (strcmp(kind, "sum") == 0 || strcmp(kind, "mean") == 0) {
+            y = row_reduce(&b, "sum", f);
+            if (kind[0] == 'm')
+                y = bin(&b, OP_DIV, y, cfloat(&b, SK_F32, (double)n));
+        } else {   /* softmax, logsumexp: a row of -inf gives 0, -inf */
+            Value *m = row_reduce(&b, "max", f);
+            Value *ninf = cfloat(&b, SK_F32, -INFINITY);
+            Value *msafe = select3(&b, cmp(&b, "eq", m, ninf), cfloat(&b, SK_F32, 0), m);
+            Value *e = unary(&b, OP_EXP, bin(&b, OP_SUB, f, msafe));
+            Value *s = row_reduce(&b, "sum", e);
+            if (strcmp(kind, "softmax") == 0)
+                y = bin(&b, OP_DIV, e, select3(&b, cmp(&b, "eq", s, cfloat(&b, SK_F32, 0)), cfloat(&b, SK_F32, 1), s));
+            else
+                y = bin(&b, OP_ADD, m, unary(&b, OP_LOG, s));
+        }
+        y = cast(&b, y, rt->elem);
+    } else {
+        Type *yt = type_scalar(b.a, rt->elem);
+        for (int i = 0; i < op->noperands; i++)
+            yt = bcast(&b, yt, x[i]->type, rt->elem);
+        y = emit(&b, op->kind, yt, op->noperands, x);
+        y->def->attrs = op->attrs;
+        y->def->nattrs = op->nattrs;
+    }
+    /* store: as many rows as the result has (1 for rank 1 or a row of 1) */
+    Value *out = args[3 + tensors.len];
+    int dims[2] = {0, 1};
+    Value *idx[2] = {r0, cindex(&b, 0)};
+    if (rt->rank == 1) {
+        dims[0] = -1, dims[1] = 0;
+        idx[0] = cindex(&b, 0);
+    }
+    int64_t want_rows = rt->rank == 1 ? 1 : RB, want_cols = rt->dims[rt->rank - 1].size;
+    if (y->type->kind == TY_SCALAR || y->type->dims[0].size != want_rows || y->type->dims[1].size != want_cols)
+        y = bin(&b, OP_ADD, y, splat(&b, cfloat(&b, rt->elem, 0), want_rows, want_cols));   /* broadcast out */
+    store(&b, out, y, idx, dims);
+    yield(&b, 0, NULL);
+    for (Op *o = tmp.first, *next_op; o; o = next_op) {
+        next_op = o->next;
+        op_insert_before(op, o);
+    }
+    op_insert_before(op, l);
+    replace_all_uses(func, op->results[0], l->results[0]);
+    op_unlink(op);
+    return true;
+}
+
 bool pass_tiling(Op *module, PassContext *ctx) {
     if (!ctx->arch)
         ctx->arch = "sm_80";
@@ -593,6 +738,7 @@ bool pass_tiling(Op *module, PassContext *ctx) {
             next = op->next;
             bool ok = op->kind == OP_FUSED_GEMM ? tile_gemm(ctx, func, op)
                     : op->kind == OP_ATTENTION  ? tile_attention(ctx, func, op)
+                    : is_row_op(op)             ? tile_rows(ctx, func, op)
                                                 : true;
             if (!ok)
                 return false;

@@ -21,16 +21,18 @@ static const char usage[] =
     "options:\n"
     "  -emit=ast           print the syntax tree\n"
     "  -emit=ir            print the attn-level IR (the default for now)\n"
+    "  -emit=tile          print the tile-level IR after the target's pipeline\n"
+    "  -arch TARGET        sm_70, sm_80 (default) or sm_90a (for -emit=tile)\n"
     "  -o FILE             write the output to FILE (default: standard output)\n"
     "  -print-loc          print each op's source location in the IR\n"
     "  -split-input-file   compile each '# -----'-separated chunk on its own\n"
     "  --help              print this help\n"
     "  --version           print the version\n";
 
-typedef enum Emit { EMIT_AST, EMIT_IR } Emit;
+typedef enum Emit { EMIT_AST, EMIT_IR, EMIT_TILE } Emit;
 
 typedef struct Options {
-    const char *input, *output;
+    const char *input, *output, *arch;
     Emit emit;
     bool print_loc, split;
 } Options;
@@ -50,8 +52,22 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
                 o->emit = EMIT_AST;
             else if (strcmp(val, "ir") == 0)
                 o->emit = EMIT_IR;
+            else if (strcmp(val, "tile") == 0)
+                o->emit = EMIT_TILE;
             else {
-                diag_plain(d, "unknown -emit kind '%s' (expected ast or ir)", val);
+                diag_plain(d, "unknown -emit kind '%s' (expected ast, ir or tile)", val);
+                return 1;
+            }
+        } else if (strcmp(arg, "-arch") == 0 || tool_flag_value(arg, "-arch")) {
+            o->arch = tool_flag_value(arg, "-arch");
+            if (!o->arch && ++i == argc) {
+                diag_plain(d, "'-arch' needs a target");
+                return 1;
+            }
+            if (!o->arch)
+                o->arch = argv[i];
+            if (!pipeline_known(o->arch)) {
+                diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", o->arch);
                 return 1;
             }
         } else if (strcmp(arg, "-print-loc") == 0) {
@@ -83,6 +99,11 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     if (ir_verify(module, d, src)) {
         diag_plain(d, "internal error: the frontend produced invalid IR");
         return false;
+    }
+    if (o->emit == EMIT_TILE) {
+        PassContext ctx = {.arena = a, .diag = d};
+        if (!run_pipeline(module, o->arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}))
+            return false;
     }
     ir_print(out, module, (PrintOptions){.locations = o->print_loc});
     return true;
@@ -211,7 +232,7 @@ int main(int argc, char **argv) {
     diag_init(&d, stderr);
     if (argc > 1 && strcmp(argv[1], "run") == 0)
         return run_main(argc, argv, &d);
-    Options o = {.emit = EMIT_IR};
+    Options o = {.emit = EMIT_IR, .arch = "sm_80"};
     int status = parse_args(argc, argv, &o, &d);
     if (status)
         return status < 0 ? 0 : status;
