@@ -10,6 +10,7 @@
 #include "interp/interp.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool fail(Interp *in, const Op *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -331,6 +332,60 @@ static bool eval_hook(Interp *in, const Op *op) {
 
 /* ---- structural tensor ops ---------------------------------------------- */
 
+/* R[M, N] += A[M, K] · B[K, N], each element summed in order of k and
+ * rounded to `acc` after every product (in emulated mode). Loops run m, k, n
+ * so the inner loop streams rows; an f32 accumulator runs in float, which
+ * rounds exactly as round_to(f32, sum + product) does (the product of two
+ * 16-bit floats is exact in float). */
+static void matmul_acc(Interp *in, ScalarKind acc, const double *A, const double *B, double *R, int64_t M,
+                       int64_t K, int64_t N) {
+    if (in->exact || acc == SK_F64) {
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < K; k++) {
+                double x = A[m * K + k];
+                for (int64_t n = 0; n < N; n++)
+                    R[m * N + n] += x * B[k * N + n];
+            }
+        return;
+    }
+    if (acc == SK_F32) {
+        int64_t kn = K * N;
+        float *row = malloc(sizeof(float) * (size_t)(N > 0 ? N : 1));
+        float *bf = malloc(sizeof(float) * (size_t)(kn > 0 ? kn : 1));
+        bool exact_in_float = true;   /* inputs of 16-bit types convert exactly */
+        for (int64_t e = 0; e < K * N; e++) {
+            bf[e] = (float)B[e];
+            exact_in_float &= (double)bf[e] == B[e] || isnan(B[e]);
+        }
+        for (int64_t e = 0; e < M * K && exact_in_float; e++)
+            exact_in_float = (double)(float)A[e] == A[e] || isnan(A[e]);
+        if (exact_in_float) {
+            for (int64_t m = 0; m < M; m++) {
+                for (int64_t n = 0; n < N; n++)
+                    row[n] = (float)R[m * N + n];
+                for (int64_t k = 0; k < K; k++) {
+                    float x = (float)A[m * K + k];
+                    for (int64_t n = 0; n < N; n++)
+                        row[n] = row[n] + x * bf[k * N + n];
+                }
+                for (int64_t n = 0; n < N; n++)
+                    R[m * N + n] = row[n];
+            }
+            free(row);
+            free(bf);
+            return;
+        }
+        free(row);
+        free(bf);
+    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            double x = A[m * K + k];
+            for (int64_t n = 0; n < N; n++)
+                R[m * N + n] = store(in, acc, R[m * N + n] + x * B[k * N + n]);
+        }
+}
+
 static bool eval_matmul(Interp *in, const Op *op) {
     Tensor *a = get(in, op->operands[0]), *b = get(in, op->operands[1]);
     Tensor *r = new_result(in, op);
@@ -355,13 +410,10 @@ static bool eval_matmul(Interp *in, const Op *op) {
         }
         const double *A = a->data + oa * M * K, *B = b->data + ob * K * N;
         double *R = r->data + bt * M * N;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                double sum = 0;
-                for (int64_t k = 0; k < K; k++)
-                    sum = store(in, acc, sum + A[m * K + k] * B[k * N + n]);
-                R[m * N + n] = store(in, r->dtype, sum);
-            }
+        memset(R, 0, sizeof(double) * (size_t)(M * N));
+        matmul_acc(in, acc, A, B, R, M, K, N);
+        for (int64_t e = 0; e < M * N; e++)
+            R[e] = store(in, r->dtype, R[e]);
         for (int d = batch_rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
             idx[d] = 0;
     }
@@ -737,14 +789,8 @@ static bool eval_tile_misc(Interp *in, const Op *op) {
                 r->data[i * r->dims[1] + j] = x->data[j * x->dims[1] + i];
     } else if (op->kind == OP_DOT) {
         Tensor *a = get(in, op->operands[0]), *b = get(in, op->operands[1]), *c = get(in, op->operands[2]);
-        int64_t M = a->dims[0], K = a->dims[1], N = b->dims[1];
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                double sum = c->data[m * N + n];
-                for (int64_t k = 0; k < K; k++)
-                    sum = store(in, r->dtype, sum + a->data[m * K + k] * b->data[k * N + n]);
-                r->data[m * N + n] = sum;
-            }
+        memcpy(r->data, c->data, sizeof(double) * (size_t)r->size);
+        matmul_acc(in, r->dtype, a->data, b->data, r->data, a->dims[0], a->dims[1], b->dims[1]);
     } else {  /* tile.reduce over each row */
         Tensor *x = get(in, op->operands[0]);
         bool max = strcmp(op_attr(op, "kind")->s, "max") == 0;

@@ -72,6 +72,8 @@ typedef struct RunOptions {
     bool check;
     bool quiet;        /* only failures */
     const Map *consts; /* the program's constant names, which -D may also set */
+    Map *cache;        /* when set: inputs and reference outputs per block, kept
+                          across calls (checking after every pass) */
 } RunOptions;
 
 /* Runs every func of `lowered` on random inputs; with opts.check, compares

@@ -138,34 +138,57 @@ static const Op *find_func(const Op *module, const char *name) {
     return NULL;
 }
 
-static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op *low,
-                     const RunOptions *opts, FILE *out) {
-    const char *name = op_attr(low, "sym_name")->s;
-    Attr *out_names = op_attr(low, "outputs");
+/* A block's inputs and reference outputs: made once per run, or once per
+ * `attnc run --check-each-pass` through opts->cache. */
+typedef struct Reference {
+    Tensor **inputs, **want, **base;
+} Reference;
+
+static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *ref, const RunOptions *opts) {
+    const char *name = op_attr(ref, "sym_name")->s;
+    Reference *r = opts->cache ? map_get(opts->cache, name) : NULL;
+    if (r)
+        return r;
+    r = NEW(a, Reference);
     Interp run = {.arena = a, .diag = d, .bind = bind};
     map_init(&run.values, false);
     Rng rng = {opts->seed * 0x9E3779B97F4A7C15ull + 1};
-    const Block *body = op_body(low);
-    Tensor **inputs = NEW_ARRAY(a, Tensor *, body->nargs + 1);
+    const Block *body = op_body(ref);
+    int nout = op_attr(ref, "outputs")->n;
+    r->inputs = NEW_ARRAY(a, Tensor *, body->nargs + 1);
     for (int i = 0; i < body->nargs; i++)
-        if (!(inputs[i] = random_input(&run, body->args[i]->type, &rng)))
-            return false;
-    Tensor **got = NEW_ARRAY(a, Tensor *, out_names->n + 1);
-    if (!interp_func(&run, low, inputs, got))
-        return false;
+        if (!(r->inputs[i] = random_input(&run, body->args[i]->type, &rng)))
+            return NULL;
     /* --check: the exact evaluation of the unoptimised program, and the
      * unoptimised program at the lowered one's precisions (the baseline). */
-    Tensor **want = NULL, **base = NULL;
     if (opts->check) {
         Interp exact = {.arena = a, .diag = d, .bind = bind, .exact = true};
         Interp plain = {.arena = a, .diag = d, .bind = bind};
         map_init(&exact.values, false);
         map_init(&plain.values, false);
-        want = NEW_ARRAY(a, Tensor *, out_names->n + 1);
-        base = NEW_ARRAY(a, Tensor *, out_names->n + 1);
-        if (!interp_func(&exact, ref, inputs, want) || !interp_func(&plain, ref, inputs, base))
-            return false;
+        r->want = NEW_ARRAY(a, Tensor *, nout + 1);
+        r->base = NEW_ARRAY(a, Tensor *, nout + 1);
+        if (!interp_func(&exact, ref, r->inputs, r->want) || !interp_func(&plain, ref, r->inputs, r->base))
+            return NULL;
     }
+    if (opts->cache)
+        map_put(a, opts->cache, name, r);
+    return r;
+}
+
+static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op *low,
+                     const RunOptions *opts, FILE *out) {
+    const char *name = op_attr(low, "sym_name")->s;
+    Attr *out_names = op_attr(low, "outputs");
+    Reference *r = reference_for(a, d, bind, ref, opts);
+    if (!r)
+        return false;
+    Interp run = {.arena = a, .diag = d, .bind = bind};
+    map_init(&run.values, false);
+    Tensor **got = NEW_ARRAY(a, Tensor *, out_names->n + 1);
+    if (!interp_func(&run, low, r->inputs, got))
+        return false;
+    Tensor **want = r->want, **base = r->base;
     bool ok = true, f16_acc = uses_f16_acc(ref);
     for (int i = 0; i < out_names->n; i++) {
         const char *oname = out_names->elems[i]->s;

@@ -214,6 +214,9 @@ static int run_main(int argc, char **argv, Diag *d) {
     if (ok) {
         r.run.consts = program_consts(&a, ast);
         PassContext ctx = {.arena = &a, .diag = d};
+        Map cache;   /* inputs and references, made once for all the passes */
+        map_init(&cache, true);
+        r.run.cache = r.each_pass ? &cache : NULL;
         struct EachPass each = {&a, d, reference, &r.run};
         PassOptions popts = {.verify_each = true, .time_passes = r.time_passes, .dump = stderr};
         if (r.each_pass) {

@@ -20,14 +20,18 @@ for f in "$dir"/*.attn; do
     done
   done
 done
-# after every pass of the pipeline (its prefixes), on two key tiles
+# after every pass of every target's pipeline (each prefix), on several key
+# tiles; and N = 257 (three 128-key tiles and a ragged end)
 for f in "$dir"/*.attn; do
-  args="--seed 4 -arch sm_70 $small -D N=100 -D T=100 -D NQ=100 -D NK=90"
-  "$attnc" run "$f" --check-each-pass -q $args 2>/dev/null ||
-    { echo "FAILED: $f --check-each-pass $args"; "$attnc" run "$f" --check-each-pass $args; exit 1; }
-  n=$((n + 1))
+  for run in "4 sm_70 100" "5 sm_80 150" "6 sm_90a 257"; do
+    set -- $run
+    args="--seed $1 -arch $2 $small -D N=$3 -D T=$3 -D NQ=$3 -D NK=$(($3 - 10))"
+    "$attnc" run "$f" --check-each-pass -q $args 2>/dev/null ||
+      { echo "FAILED: $f --check-each-pass $args"; "$attnc" run "$f" --check-each-pass $args; exit 1; }
+    n=$((n + 1))
+  done
 done
-# one longer sequence, and a batch of 3, on the cheapest attention example
+# a batch of 3
 "$attnc" run "$dir/mha.attn" --check -q -arch sm_70 -D N=257 -D B=3
 n=$((n + 1))
 echo "checked $n runs"
