@@ -21,35 +21,12 @@
  * gives wrong results. The twins `test-double-buffer-no-wait` and
  * `test-double-buffer-wrong-stage` make exactly those mistakes.
  */
+#include "passes/builder.h"
 #include "passes/passes.h"
 
 #include <string.h>
 
 typedef enum Mistake { NONE, NO_WAIT, WRONG_STAGE } Mistake;
-
-typedef struct B {
-    Arena *a;
-    Op *before;
-    SrcLoc loc;
-} B;
-
-static Value *emit(B *b, OpKind k, Type *t, int n, Value **ops) {
-    Op *op = op_create(b->a, k, n, ops, t ? 1 : 0, &t, 0);
-    op->loc = b->loc;
-    op_insert_before(b->before, op);
-    return t ? op->results[0] : NULL;
-}
-
-static Value *cindex(B *b, int64_t v) {
-    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, SK_INDEX), 0, NULL);
-    op_set_attr(b->a, r->def, "value", attr_int(b->a, v));
-    return r;
-}
-
-static Value *ibin(B *b, OpKind k, Value *x, Value *y) {
-    Value *ops[2] = {x, y};
-    return emit(b, k, type_scalar(b->a, SK_INDEX), 2, ops);
-}
 
 /* Is v defined outside `loop` (so loop-invariant)? */
 static bool outside(const Value *v, const Op *loop) {
@@ -77,7 +54,7 @@ static bool qualifies(const Op *load, const Op *loop, const Value *iv) {
 }
 
 /* A copy of `load`'s box, with the loop index replaced by `at`, into stage. */
-static Value *copy(B *b, const Op *load, Value *buf, Value *stage, const Value *iv, Value *at) {
+static Value *copy(Builder *b, const Op *load, Value *buf, Value *stage, const Value *iv, Value *at) {
     int n = load->noperands - 1;
     Value **ops = NEW_ARRAY(b->a, Value *, n + 3);
     ops[0] = load->operands[0];
@@ -88,12 +65,12 @@ static Value *copy(B *b, const Op *load, Value *buf, Value *stage, const Value *
         if (x == iv)
             x = at;
         else if (x->def && x->def->kind == OP_CONSTANT)   /* may live inside the loop */
-            x = cindex(b, op_attr(x->def, "value")->i);
+            x = b_index(b, op_attr(x->def, "value")->i);
         ops[3 + i] = x;
     }
     Type *tok = NEW(b->a, Type);
     tok->kind = TY_TOKEN;
-    Value *t = emit(b, OP_COPY_ASYNC, tok, n + 3, ops);
+    Value *t = b_emit(b, OP_COPY_ASYNC, tok, n + 3, ops);
     op_set_attr(b->a, t->def, "dims", op_attr(load, "dims"));
     return t;
 }
@@ -109,7 +86,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         return;
     Arena *a = ctx->arena;
     int n = loads.len, ncarried = loop->noperands - 3;
-    B pre = {a, loop, loop->loc};
+    Builder pre = {a, NULL, loop, loop->loc};
     Value *lb = loop->operands[0], *step = loop->operands[2];
     /* buffers, and the prologue: iterations 0 .. S-2 */
     Value **bufs = NEW_ARRAY(a, Value *, n);
@@ -122,10 +99,10 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         memcpy(dims + 1, t->dims, sizeof(Dim) * (size_t)t->rank);
         Type *bt = type_shaped(a, TY_MEMREF, t->elem, t->rank + 1, dims);
         bt->space = AS_SHARED;
-        bufs[c] = emit(&pre, OP_ALLOC, bt, 0, NULL);
+        bufs[c] = b_emit(&pre, OP_ALLOC, bt, 0, NULL);
         for (int s = 0; s < S - 1; s++) {
-            Value *at = ibin(&pre, OP_ADD, lb, ibin(&pre, OP_MUL, step, cindex(&pre, s)));
-            toks[c * (S - 1) + s] = copy(&pre, ld, bufs[c], cindex(&pre, s), iv, at);
+            Value *at = b_bin(&pre, OP_ADD, lb, b_bin(&pre, OP_MUL, step, b_index(&pre, s)));
+            toks[c * (S - 1) + s] = copy(&pre, ld, bufs[c], b_index(&pre, s), iv, at);
         }
     }
     /* the loop, carrying the tokens of the copies in flight */
@@ -147,19 +124,19 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     for (int i = 0; i < n * (S - 1); i++)
         targ[i] = block_add_arg(a, body, toks[i]->type, NULL);
     /* at the top of each iteration: issue it + S - 1, wait for it */
-    B top = {a, body->first, loop->loc};
-    Value *it = ibin(&top, OP_FLOORDIV, ibin(&top, OP_SUB, iv, lb), step);
-    Value *stage = ibin(&top, OP_REM, it, cindex(&top, S));
-    Value *next_stage = ibin(&top, OP_REM, ibin(&top, OP_ADD, it, cindex(&top, S - 1)), cindex(&top, S));
-    Value *ahead = ibin(&top, OP_ADD, iv, ibin(&top, OP_MUL, step, cindex(&top, S - 1)));
+    Builder top = {a, NULL, body->first, loop->loc};
+    Value *it = b_bin(&top, OP_FLOORDIV, b_bin(&top, OP_SUB, iv, lb), step);
+    Value *stage = b_bin(&top, OP_REM, it, b_index(&top, S));
+    Value *next_stage = b_bin(&top, OP_REM, b_bin(&top, OP_ADD, it, b_index(&top, S - 1)), b_index(&top, S));
+    Value *ahead = b_bin(&top, OP_ADD, iv, b_bin(&top, OP_MUL, step, b_index(&top, S - 1)));
     Value **fresh = NEW_ARRAY(a, Value *, n);
     for (int c = 0; c < n; c++)
         fresh[c] = copy(&top, loads.items[c], bufs[c], next_stage, iv, ahead);
     for (int c = 0; c < n; c++) {
         Op *ld = loads.items[c];
-        B at = {a, ld, ld->loc};
+        Builder at = {a, NULL, ld, ld->loc};
         if (mistake != NO_WAIT)
-            emit(&at, OP_WAIT, NULL, 1, &targ[c * (S - 1)]);
+            b_emit(&at, OP_WAIT, NULL, 1, &targ[c * (S - 1)]);
         /* the load now reads its stage of the buffer */
         int rank = ld->results[0]->type->rank;
         Value **lops = NEW_ARRAY(a, Value *, rank + 2);
@@ -167,10 +144,10 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         lops[1] = mistake == WRONG_STAGE ? next_stage : stage;
         Attr **dims = NEW_ARRAY(a, Attr *, rank);
         for (int i = 0; i < rank; i++) {
-            lops[2 + i] = cindex(&at, 0);
+            lops[2 + i] = b_index(&at, 0);
             dims[i] = attr_int(a, 1 + i);
         }
-        Value *nv = emit(&at, OP_LOAD, ld->results[0]->type, rank + 2, lops);
+        Value *nv = b_emit(&at, OP_LOAD, ld->results[0]->type, rank + 2, lops);
         op_set_attr(a, nv->def, "dims", attr_array(a, rank, dims));
         replace_all_uses(nl, ld->results[0], nv);
         op_unlink(ld);

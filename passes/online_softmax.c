@@ -18,6 +18,7 @@
  * The test-only twin `test-online-softmax-no-rescale` leaves out the
  * rescaling by α, which the interpreter must catch.
  */
+#include "passes/builder.h"
 #include "passes/passes.h"
 
 #include <math.h>
@@ -26,60 +27,6 @@
 static const char *softmax_role(const Op *op) {
     Attr *a = op->kind == OP_FOR ? op_attr(op, "softmax") : NULL;
     return a && a->kind == AT_STR ? a->s : NULL;
-}
-
-/* ---- building ---------------------------------------------------------------- */
-
-typedef struct B {
-    Arena *a;
-    Op *before;   /* new ops go before this one */
-    SrcLoc loc;
-} B;
-
-static Value *emit(B *b, OpKind k, Type *t, int n, Value **ops) {
-    Op *op = op_create(b->a, k, n, ops, 1, &t, 0);
-    op->loc = b->loc;
-    op_insert_before(b->before, op);
-    return op->results[0];
-}
-
-static Value *constant(B *b, ScalarKind k, double v) {
-    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, k), 0, NULL);
-    op_set_attr(b->a, r->def, "value", attr_float(b->a, v));
-    return r;
-}
-
-static Value *bin(B *b, OpKind k, Value *x, Value *y) {
-    Value *ops[2] = {x, y};
-    const Type *t = x->type->kind == TY_SCALAR ? y->type : x->type;
-    if (x->type->kind == TY_TILE && y->type->kind == TY_TILE) {
-        Dim d[2];
-        for (int i = 0; i < 2; i++)
-            d[i] = x->type->dims[i].size > y->type->dims[i].size ? x->type->dims[i] : y->type->dims[i];
-        t = type_shaped(b->a, TY_TILE, x->type->elem, 2, d);
-    }
-    Type *rt = type_with_elem(b->a, t, k == OP_CMP ? SK_I1 : x->type->elem);
-    return emit(b, k, rt, 2, ops);
-}
-
-static Value *unary(B *b, OpKind k, Value *x) { return emit(b, k, x->type, 1, &x); }
-
-static Value *eq(B *b, Value *x, Value *y) {
-    Value *r = bin(b, OP_CMP, x, y);
-    op_set_attr(b->a, r->def, "pred", attr_str(b->a, "eq"));
-    return r;
-}
-
-static Value *select3(B *b, Value *c, Value *x, Value *y) {
-    Value *ops[3] = {c, x, y};
-    return emit(b, OP_SELECT, y->type->kind == TY_TILE ? y->type : x->type, 3, ops);
-}
-
-static Value *row_reduce(B *b, const char *kind, Value *x) {
-    Dim d[2] = {x->type->dims[0], {NULL, 1}};
-    Value *r = emit(b, OP_TILE_REDUCE, type_shaped(b->a, TY_TILE, x->type->elem, 2, d), 1, &x);
-    op_set_attr(b->a, r->def, "kind", attr_str(b->a, kind));
-    return r;
 }
 
 /* ---- matching the P·V loop ------------------------------------------------------ */
@@ -114,17 +61,17 @@ static bool match_pv(Op *loop, PV *pv) {
 
 /* Scores into base 2: fold log2(e) into `select(valid, mul(x, c), -inf)`'s
  * constant when it has that shape, else multiply. */
-static Value *fold_scale(B *b, Value *x, double k) {
+static Value *fold_scale(Builder *b, Value *x, double k) {
     Op *mul = x->def;
     Attr *c = mul && mul->kind == OP_MUL && mul->operands[1]->def && mul->operands[1]->def->kind == OP_CONSTANT
                   ? op_attr(mul->operands[1]->def, "value")
                   : NULL;
     if (!c || c->kind != AT_FLOAT)
         return NULL;
-    return bin(b, OP_MUL, mul->operands[0], constant(b, mul->operands[1]->type->elem, c->f * k));
+    return b_bin(b, OP_MUL, mul->operands[0], b_float(b, mul->operands[1]->type->elem, c->f * k));
 }
 
-static Value *to_base2(B *b, Value *s) {
+static Value *to_base2(Builder *b, Value *s) {
     const double log2e = 1.4426950408889634;
     Value *folded = fold_scale(b, s, log2e);   /* an unmasked tile: scale last */
     if (folded)
@@ -138,13 +85,13 @@ static Value *to_base2(B *b, Value *s) {
                       ? op_attr(mul->operands[1]->def, "value")
                       : NULL;
         if (c && c->kind == AT_FLOAT) {
-            Value *k = constant(b, mul->operands[1]->type->elem, c->f * log2e);
-            Value *scaled = bin(b, OP_MUL, mul->operands[0], k);
+            Value *k = b_float(b, mul->operands[1]->type->elem, c->f * log2e);
+            Value *scaled = b_bin(b, OP_MUL, mul->operands[0], k);
             Value *ops[3] = {sel->operands[0], scaled, sel->operands[2]};
-            return emit(b, OP_SELECT, s->type, 3, ops);
+            return b_emit(b, OP_SELECT, s->type, 3, ops);
         }
     }
-    return bin(b, OP_MUL, s, constant(b, s->type->elem, log2e));
+    return b_bin(b, OP_MUL, s, b_float(b, s->type->elem, log2e));
 }
 
 /* One segment: lpv's body becomes the body of a loop carrying (m, l, acc)
@@ -172,18 +119,18 @@ static Op *fuse_segment(PassContext *ctx, Op *lmax, Op *lsum, Op *lpv, Value **i
         body->args[i]->index = i;
     (void)iv;
     Op *yield = body->last;
-    B b = {a, yield, lpv->loc};
+    Builder b = {a, NULL, yield, lpv->loc};
     (void)lsum;
     Value *s = to_base2(&b, pv.scores);
-    Value *ninf = constant(&b, types[0]->elem, -INFINITY), *zero = constant(&b, types[0]->elem, 0);
-    Value *m_new = bin(&b, OP_MAX, m, row_reduce(&b, "max", s));
-    Value *m_safe = select3(&b, eq(&b, m_new, ninf), zero, m_new);
-    Value *alpha = unary(&b, OP_EXP2, bin(&b, OP_SUB, m, m_safe));
-    Value *p = unary(&b, OP_EXP2, bin(&b, OP_SUB, s, m_safe));
-    Value *l_new = bin(&b, OP_ADD, rescale ? bin(&b, OP_MUL, l, alpha) : l, row_reduce(&b, "sum", p));
-    Value *pc = p->type->elem == pv.vtile->type->elem ? p : emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
-    Value *dops[3] = {pc, pv.vtile, rescale ? bin(&b, OP_MUL, acc, alpha) : acc};
-    Value *acc_new = emit(&b, OP_DOT, acc->type, 3, dops);
+    Value *ninf = b_float(&b, types[0]->elem, -INFINITY), *zero = b_float(&b, types[0]->elem, 0);
+    Value *m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
+    Value *m_safe = b_select(&b, b_cmp(&b, "eq", m_new, ninf), zero, m_new);
+    Value *alpha = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, m, m_safe));
+    Value *p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s, m_safe));
+    Value *l_new = b_bin(&b, OP_ADD, rescale ? b_bin(&b, OP_MUL, l, alpha) : l, b_row_reduce(&b, "sum", p));
+    Value *pc = p->type->elem == pv.vtile->type->elem ? p : b_emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
+    Value *dops[3] = {pc, pv.vtile, rescale ? b_bin(&b, OP_MUL, acc, alpha) : acc};
+    Value *acc_new = b_emit(&b, OP_DOT, acc->type, 3, dops);
     Value *yields[3] = {m_new, l_new, acc_new};
     Op *y = op_create(a, OP_TILE_YIELD, 3, yields, 0, NULL, 0);
     y->loc = yield->loc;
@@ -208,12 +155,12 @@ static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **p
     }
     Arena *a = ctx->arena;
     Op *last_pv = pvs[k - 1];
-    B o = {a, last_pv, last_pv->loc};
+    Builder o = {a, NULL, last_pv, last_pv->loc};
     const Type *mt = carry[0]->type, *lt = carry[1]->type;
     Value *lf = carry[1];
-    Value *l_safe = select3(&o, eq(&o, lf, constant(&o, lt->elem, 0)), constant(&o, lt->elem, 1), lf);
-    Value *out = bin(&o, OP_DIV, carry[2], l_safe);
-    Value *m_nat = bin(&o, OP_MUL, carry[0], constant(&o, mt->elem, 0.6931471805599453));
+    Value *l_safe = b_select(&o, b_cmp(&o, "eq", lf, b_float(&o, lt->elem, 0)), b_float(&o, lt->elem, 1), lf);
+    Value *out = b_bin(&o, OP_DIV, carry[2], l_safe);
+    Value *m_nat = b_bin(&o, OP_MUL, carry[0], b_float(&o, mt->elem, 0.6931471805599453));
     replace_all_uses(func, last_pv->results[0], out);
     replace_all_uses(func, maxes[k - 1]->results[0], m_nat);
     replace_all_uses(func, sums[k - 1]->results[0], lf);

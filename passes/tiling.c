@@ -33,110 +33,20 @@
  * stay as they are). Guarantees: the same values up to the order of the
  * softmax's additions (checked by the interpreter).
  */
+#include "passes/builder.h"
 #include "passes/passes.h"
 
 #include <math.h>
 #include <string.h>
 
-/* ---- a small builder ------------------------------------------------------- */
-
-typedef struct B {
-    Arena *a;
-    Block *blk;
-    SrcLoc loc;
-} B;
-
-static Value *emit(B *b, OpKind k, Type *t, int n, Value **ops) {
-    Op *op = op_create(b->a, k, n, ops, t ? 1 : 0, &t, 0);
-    op->loc = b->loc;
-    block_append(b->blk, op);
-    return t ? op->results[0] : NULL;
-}
-
-static Value *cindex(B *b, int64_t v) {
-    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, SK_INDEX), 0, NULL);
-    op_set_attr(b->a, r->def, "value", attr_int(b->a, v));
-    return r;
-}
-
-static Value *cfloat(B *b, ScalarKind k, double v) {
-    Value *r = emit(b, OP_CONSTANT, type_scalar(b->a, k), 0, NULL);
-    op_set_attr(b->a, r->def, "value", attr_float(b->a, v));
-    return r;
-}
-
-static Value *dim_value(B *b, Dim d) {
-    if (!d.sym)
-        return cindex(b, d.size);
-    Value *r = emit(b, OP_DIM, type_scalar(b->a, SK_INDEX), 0, NULL);
-    op_set_attr(b->a, r->def, "name", attr_str(b->a, d.sym));
-    return r;
-}
-
-static Type *tile_t(B *b, ScalarKind k, int64_t r, int64_t c) {
-    Dim d[2] = {{NULL, r}, {NULL, c}};
-    return type_shaped(b->a, TY_TILE, k, 2, d);
-}
-
-/* The broadcast type of two operands (scalars or 2-D tiles) with element k. */
-static Type *bcast(B *b, const Type *x, const Type *y, ScalarKind k) {
-    if (x->kind == TY_SCALAR && y->kind == TY_SCALAR)
-        return type_scalar(b->a, k);
-    const Type *t = x->kind == TY_SCALAR ? y : x;
-    int64_t r = t->dims[0].size, c = t->dims[1].size;
-    if (x->kind != TY_SCALAR && y->kind != TY_SCALAR) {
-        r = x->dims[0].size > y->dims[0].size ? x->dims[0].size : y->dims[0].size;
-        c = x->dims[1].size > y->dims[1].size ? x->dims[1].size : y->dims[1].size;
-    }
-    return tile_t(b, k, r, c);
-}
-
-static Value *bin(B *b, OpKind k, Value *x, Value *y) {
-    Value *ops[2] = {x, y};
-    ScalarKind e = k == OP_CMP || k == OP_AND || k == OP_OR ? SK_I1 : x->type->elem;
-    return emit(b, k, bcast(b, x->type, y->type, e), 2, ops);
-}
-
-static Value *cmp(B *b, const char *pred, Value *x, Value *y) {
-    Value *r = bin(b, OP_CMP, x, y);
-    op_set_attr(b->a, r->def, "pred", attr_str(b->a, pred));
-    return r;
-}
-
-static Value *unary(B *b, OpKind k, Value *x) { return emit(b, k, x->type, 1, &x); }
-
-static Value *cast(B *b, Value *x, ScalarKind k) {
-    return x->type->elem == k ? x : emit(b, OP_CAST, type_with_elem(b->a, x->type, k), 1, &x);
-}
-
-static Value *select3(B *b, Value *c, Value *x, Value *y) {
-    Value *ops[3] = {c, x, y};
-    Type *t = bcast(b, c->type, bcast(b, x->type, y->type, x->type->elem), x->type->elem);
-    return emit(b, OP_SELECT, t, 3, ops);
-}
-
-static Value *splat(B *b, Value *scalar, int64_t r, int64_t c) {
-    return emit(b, OP_SPLAT, tile_t(b, scalar->type->elem, r, c), 1, &scalar);
-}
-
-static Value *iota(B *b, int axis, int64_t r, int64_t c) {
-    Value *v = emit(b, OP_IOTA, tile_t(b, SK_INDEX, r, c), 0, NULL);
-    op_set_attr(b->a, v->def, "axis", attr_int(b->a, axis));
-    return v;
-}
-
-static Value *ceildiv(B *b, Value *x, int64_t d) {
-    return bin(b, OP_FLOORDIV, bin(b, OP_ADD, x, cindex(b, d - 1)), cindex(b, d));
-}
-
 /* tile.load / tile.store of a box at `index` (one per memref dim); dims[a]
  * is the memref dim of tile axis a, -1 for a broadcast axis of size 1. */
-static Value *load(B *b, Value *mem, Value **index, const int *dims, Type *t, double pad) {
+static Value *load(Builder *b, Value *mem, Value **index, const int *dims, Type *t, double pad) {
     int n = mem->type->rank;
     Value **ops = NEW_ARRAY(b->a, Value *, n + 1);
     ops[0] = mem;
     memcpy(ops + 1, index, sizeof(Value *) * (size_t)n);
-    Value *r = emit(b, OP_LOAD, t, n + 1, ops);
+    Value *r = b_emit(b, OP_LOAD, t, n + 1, ops);
     Attr *d[2] = {attr_int(b->a, dims[0]), attr_int(b->a, dims[1])};
     op_set_attr(b->a, r->def, "dims", attr_array(b->a, 2, d));
     if (pad != 0)
@@ -144,7 +54,7 @@ static Value *load(B *b, Value *mem, Value **index, const int *dims, Type *t, do
     return r;
 }
 
-static void store(B *b, Value *mem, Value *tile, Value **index, const int *dims) {
+static void store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims) {
     int n = mem->type->rank;
     Value **ops = NEW_ARRAY(b->a, Value *, n + 2);
     ops[0] = mem;
@@ -157,7 +67,7 @@ static void store(B *b, Value *mem, Value *tile, Value **index, const int *dims)
     block_append(b->blk, op);
 }
 
-static void yield(B *b, int n, Value **vals) {
+static void yield(Builder *b, int n, Value **vals) {
     Op *y = op_create(b->a, OP_TILE_YIELD, n, vals, 0, NULL, 0);
     y->loc = b->loc;
     block_append(b->blk, y);
@@ -171,7 +81,7 @@ static Type *memref_of(Arena *a, const Type *t) {
 
 /* A tile.launch replacing `op`, with its grid, inputs and outputs; its body's
  * block arguments are returned in *args (3 program ids, inputs, outputs). */
-static Op *new_launch(B *outer, const Op *op, Value **grid, int nin, Value **inputs, Value ***args) {
+static Op *new_launch(Builder *outer, const Op *op, Value **grid, int nin, Value **inputs, Value ***args) {
     Value **ops = NEW_ARRAY(outer->a, Value *, 3 + nin);
     memcpy(ops, grid, sizeof(Value *) * 3);
     memcpy(ops + 3, inputs, sizeof(Value *) * (size_t)nin);
@@ -197,7 +107,7 @@ static Op *new_launch(B *outer, const Op *op, Value **grid, int nin, Value **inp
 
 /* A tile.for from lb to ub by step carrying `init`; *body gets a builder
  * for the loop body, *iv and *carried its arguments. */
-static Op *new_for(B *b, Value *lb, Value *ub, Value *step, int n, Value **init, B *body, Value **iv,
+static Op *new_for(Builder *b, Value *lb, Value *ub, Value *step, int n, Value **init, Builder *body, Value **iv,
                    Value ***carried) {
     Value **ops = NEW_ARRAY(b->a, Value *, 3 + n);
     ops[0] = lb, ops[1] = ub, ops[2] = step;
@@ -209,7 +119,7 @@ static Op *new_for(B *b, Value *lb, Value *ub, Value *step, int n, Value **init,
     f->loc = b->loc;
     block_append(b->blk, f);
     Block *blk = region_add_block(b->a, &f->regions[0]);
-    *body = (B){b->a, blk, b->loc};
+    *body = (Builder){b->a, blk, NULL, b->loc};
     *iv = block_add_arg(b->a, blk, type_scalar(b->a, SK_INDEX), NULL);
     *carried = NEW_ARRAY(b->a, Value *, n + 1);
     for (int i = 0; i < n; i++)
@@ -223,7 +133,7 @@ static Op *new_for(B *b, Value *lb, Value *ub, Value *step, int n, Value **init,
  * `args` (scalars or tiles); each op's type becomes the broadcast of its
  * operands'. attn.extract of a tensor becomes tile.gather of its memref
  * (`memrefs` maps tensors to the launch's memrefs). Returns the yielded value. */
-static Value *vectorise(B *b, const Block *region, Value **args, const Map *memrefs) {
+static Value *vectorise(Builder *b, const Block *region, Value **args, const Map *memrefs) {
     Map map;
     map_init(&map, false);
     for (int i = 0; i < region->nargs; i++)
@@ -248,19 +158,32 @@ static Value *vectorise(B *b, const Block *region, Value **args, const Map *memr
             k = OP_GATHER;
             t = type_scalar(b->a, op->results[0]->type->elem);
             for (int i = 1; i < n; i++)
-                t = bcast(b, t, ops[i]->type, t->elem);
+                t = b_bcast(b, t, ops[i]->type, t->elem);
         } else {
             t = type_scalar(b->a, op->results[0]->type->elem);
             for (int i = 0; i < n; i++)
-                t = bcast(b, t, ops[i]->type, t->elem);
+                t = b_bcast(b, t, ops[i]->type, t->elem);
         }
-        Value *r = emit(b, k, t, n, ops);
+        Value *r = b_emit(b, k, t, n, ops);
         r->def->attrs = op->attrs;
         r->def->nattrs = op->nattrs;
         r->def->loc = op->loc;
         map_put(b->a, &map, op->results[0], r);
     }
     die("tiling: a region without a yield");
+}
+
+/* Puts the grid computation (built in `tmp`) and the launch where `op` was,
+ * and the launch's results in place of op's. */
+static void replace_with_launch(Op *func, Op *op, Block *tmp, Op *l) {
+    for (Op *o = tmp->first, *next_op; o; o = next_op) {
+        next_op = o->next;
+        op_insert_before(op, o);
+    }
+    op_insert_before(op, l);
+    for (int i = 0; i < op->nresults; i++)
+        replace_all_uses(func, op->results[i], l->results[i]);
+    op_unlink(op);
 }
 
 /* ---- tile sizes ------------------------------------------------------------- */
@@ -292,38 +215,38 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     int n = (int)op_attr(g, "num_b")->i, nin = g->noperands;
     ScalarKind acc = op_attr(g, "acc")->type->elem;
     const Block *epi = g->regions[0].blocks[0];
-    B outer = {ctx->arena, NULL, g->loc};
+    Builder outer = {ctx->arena, NULL, NULL, g->loc};
     Block tmp = {0};
     outer.blk = &tmp;
-    Value *grid[3] = {ceildiv(&outer, dim_value(&outer, rt->dims[1]), BN),
-                      ceildiv(&outer, dim_value(&outer, rt->dims[0]), BM), cindex(&outer, 1)};
+    Value *grid[3] = {b_ceildiv(&outer, b_dim(&outer, rt->dims[1]), BN),
+                      b_ceildiv(&outer, b_dim(&outer, rt->dims[0]), BM), b_index(&outer, 1)};
     Value **args;
     Op *l = new_launch(&outer, g, grid, nin, g->operands, &args);
-    B b = {ctx->arena, l->regions[0].blocks[0], g->loc};
+    Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, g->loc};
     Value *A = args[3], *out = args[3 + nin];
-    Value *m0 = bin(&b, OP_MUL, args[1], cindex(&b, BM)), *n0 = bin(&b, OP_MUL, args[0], cindex(&b, BN));
-    Value *zero = cindex(&b, 0);
+    Value *m0 = b_bin(&b, OP_MUL, args[1], b_index(&b, BM)), *n0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
+    Value *zero = b_index(&b, 0);
     Value **init = NEW_ARRAY(b.a, Value *, n);
     for (int i = 0; i < n; i++)
-        init[i] = splat(&b, cfloat(&b, acc, 0), BM, BN);
-    B body;
+        init[i] = b_splat(&b, b_float(&b, acc, 0), BM, BN);
+    Builder body;
     Value *k0, **accs;
-    Op *loop = new_for(&b, zero, dim_value(&b, a->dims[1]), cindex(&b, BK), n, init, &body, &k0, &accs);
+    Op *loop = new_for(&b, zero, b_dim(&b, a->dims[1]), b_index(&b, BK), n, init, &body, &k0, &accs);
     const int rows_cols[2] = {0, 1};
     Value *ai[2] = {m0, k0};
-    Value *at = load(&body, A, ai, rows_cols, tile_t(&body, a->elem, BM, BK), 0);
+    Value *at = load(&body, A, ai, rows_cols, b_tile_type(&body, a->elem, BM, BK), 0);
     Value **next = NEW_ARRAY(b.a, Value *, n);
     for (int i = 0; i < n; i++) {
         Value *wi[2] = {k0, n0};
-        Value *wt = load(&body, args[4 + i], wi, rows_cols, tile_t(&body, a->elem, BK, BN), 0);
+        Value *wt = load(&body, args[4 + i], wi, rows_cols, b_tile_type(&body, a->elem, BK, BN), 0);
         Value *ops[3] = {at, wt, accs[i]};
-        next[i] = emit(&body, OP_DOT, accs[i]->type, 3, ops);
+        next[i] = b_emit(&body, OP_DOT, accs[i]->type, 3, ops);
     }
     yield(&body, n, next);
     /* the epilogue on whole tiles: products rounded as the matmul rounds them */
     Value **eargs = NEW_ARRAY(b.a, Value *, nin);
     for (int i = 0; i < n; i++)
-        eargs[i] = cast(&b, loop->results[i], epi->args[i]->type->elem);
+        eargs[i] = b_cast(&b, loop->results[i], epi->args[i]->type->elem);
     for (int i = 0; i < nin - 1 - n; i++) {
         Value *e = args[4 + n + i];
         int r = e->type->rank, dims[2];
@@ -337,29 +260,23 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
             if (d >= 0)
                 idx[d] = broadcast ? zero : ax == 0 ? m0 : n0;
         }
-        eargs[n + i] = load(&b, e, idx, dims, tile_t(&b, e->type->elem, shape[0], shape[1]), 0);
+        eargs[n + i] = load(&b, e, idx, dims, b_tile_type(&b, e->type->elem, shape[0], shape[1]), 0);
     }
     Value *y = vectorise(&b, epi, eargs, NULL);
     if (y->type->kind == TY_SCALAR)
-        y = splat(&b, y, BM, BN);
+        y = b_splat(&b, y, BM, BN);
     Value *oi[2] = {m0, n0};
     store(&b, out, y, oi, rows_cols);
     yield(&b, 0, NULL);
     /* the grid computation goes before the op, then the launch replaces it */
-    for (Op *o = tmp.first, *next_op; o; o = next_op) {
-        next_op = o->next;
-        op_insert_before(g, o);
-    }
-    op_insert_before(g, l);
-    replace_all_uses(func, g->results[0], l->results[0]);
-    op_unlink(g);
+    replace_with_launch(func, g, &tmp, l);
     return true;
 }
 
 /* ---- attention ------------------------------------------------------------------ */
 
 typedef struct AttnTile {
-    B *b;
+    Builder *b;
     const Op *att;
     Value *Q, *K, *V, *bi, *h, *kh, *r0, *q, *i_rows;
     Map memrefs;
@@ -372,30 +289,30 @@ typedef struct AttnTile {
 /* The scores of key tile j0, as the unfused program computes them; with
  * `masked`, keys past Nk and keys the mask hides are -inf (an interior tile,
  * entirely inside the mask's band and Nk, needs neither). */
-static Value *scores(AttnTile *t, B *b, Value *j0, bool masked) {
+static Value *scores(AttnTile *t, Builder *b, Value *j0, bool masked) {
     const int rows_cols[2] = {2, 3};
-    Value *zero = cindex(b, 0);
+    Value *zero = b_index(b, 0);
     Value *ki[4] = {t->bi, t->kh, j0, zero};
-    Value *kt = load(b, t->K, ki, rows_cols, tile_t(b, t->dt, t->BN, t->D), 0);
-    Value *ktt = emit(b, OP_TRANS, tile_t(b, t->dt, t->D, t->BN), 1, &kt);
-    Value *ops[3] = {t->q, ktt, splat(b, cfloat(b, t->acc, 0), t->BM, t->BN)};
-    Value *s = emit(b, OP_DOT, tile_t(b, t->acc, t->BM, t->BN), 3, ops);
-    s = bin(b, OP_MUL, s, cfloat(b, t->acc, t->scale));
-    Value *j = bin(b, OP_ADD, iota(b, 1, 1, t->BN), j0);
+    Value *kt = load(b, t->K, ki, rows_cols, b_tile_type(b, t->dt, t->BN, t->D), 0);
+    Value *ktt = b_emit(b, OP_TRANS, b_tile_type(b, t->dt, t->D, t->BN), 1, &kt);
+    Value *ops[3] = {t->q, ktt, b_splat(b, b_float(b, t->acc, 0), t->BM, t->BN)};
+    Value *s = b_emit(b, OP_DOT, b_tile_type(b, t->acc, t->BM, t->BN), 3, ops);
+    s = b_bin(b, OP_MUL, s, b_float(b, t->acc, t->scale));
+    Value *j = b_bin(b, OP_ADD, b_iota(b, 1, 1, t->BN), j0);
     if (t->att->regions[0].nblocks) {
-        Value *args[5] = {cast(b, s, SK_F32), t->bi, t->h, t->i_rows, j};
+        Value *args[5] = {b_cast(b, s, SK_F32), t->bi, t->h, t->i_rows, j};
         Value *x = vectorise(b, t->att->regions[0].blocks[0], args, &t->memrefs);
-        x = bin(b, OP_ADD, x, splat(b, cfloat(b, SK_F32, 0), t->BM, t->BN));   /* full shape */
-        s = cast(b, x, t->acc);
+        x = b_bin(b, OP_ADD, x, b_splat(b, b_float(b, SK_F32, 0), t->BM, t->BN));   /* full shape */
+        s = b_cast(b, x, t->acc);
     }
     if (!masked)
         return s;
-    Value *valid = cmp(b, "lt", j, t->nk);
+    Value *valid = b_cmp(b, "lt", j, t->nk);
     if (t->att->regions[1].nblocks) {
         Value *args[4] = {t->bi, t->h, t->i_rows, j};
-        valid = bin(b, OP_AND, valid, vectorise(b, t->att->regions[1].blocks[0], args, &t->memrefs));
+        valid = b_bin(b, OP_AND, valid, vectorise(b, t->att->regions[1].blocks[0], args, &t->memrefs));
     }
-    return select3(b, valid, s, cfloat(b, t->acc, -INFINITY));
+    return b_select(b, valid, s, b_float(b, t->acc, -INFINITY));
 }
 
 static int index_of_value(PtrVec *v, const Value *x) {
@@ -415,13 +332,13 @@ static void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
 }
 
 /* The value of a band bound (mask-analysis) at row `i`: c + k·i + Σ dims. */
-static Value *band_at(B *b, const Attr *bound, Value *i) {
-    Value *v = bin(b, OP_MUL, i, cindex(b, attrs_get(bound->entries, bound->n, "i")->i));
-    v = bin(b, OP_ADD, v, cindex(b, attrs_get(bound->entries, bound->n, "c")->i));
+static Value *band_at(Builder *b, const Attr *bound, Value *i) {
+    Value *v = b_bin(b, OP_MUL, i, b_index(b, attrs_get(bound->entries, bound->n, "i")->i));
+    v = b_bin(b, OP_ADD, v, b_index(b, attrs_get(bound->entries, bound->n, "c")->i));
     const Attr *dims = attrs_get(bound->entries, bound->n, "dims");
     for (int d = 0; d < dims->n; d++)
-        v = bin(b, OP_ADD, v, bin(b, OP_MUL, dim_value(b, (Dim){dims->entries[d].name, 0}),
-                                  cindex(b, dims->entries[d].value->i)));
+        v = b_bin(b, OP_ADD, v, b_bin(b, OP_MUL, b_dim(b, (Dim){dims->entries[d].name, 0}),
+                                  b_index(b, dims->entries[d].value->i)));
     return v;
 }
 
@@ -435,23 +352,23 @@ typedef struct Segment {
     bool masked;
 } Segment;
 
-static int key_segments(B *b, const Op *att, Value *r0, int64_t BM, int64_t BN, Value *nk, Segment *seg) {
+static int key_segments(Builder *b, const Op *att, Value *r0, int64_t BM, int64_t BN, Value *nk, Segment *seg) {
     Attr *band = op_attr(att, "band");
     Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
     Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
-    Value *last = bin(b, OP_ADD, r0, cindex(b, BM - 1)), *bn = cindex(b, BN);
-    Value *start = cindex(b, 0), *end = nk;
+    Value *last = b_bin(b, OP_ADD, r0, b_index(b, BM - 1)), *bn = b_index(b, BN);
+    Value *start = b_index(b, 0), *end = nk;
     /* the widest range any row sees, and the range every row sees */
     Value *all_lo = start, *all_hi = nk;
     if (hi) {
         bool up = attrs_get(hi->entries, hi->n, "i")->i >= 0;
-        end = bin(b, OP_MIN, nk, bin(b, OP_ADD, band_at(b, hi, up ? last : r0), cindex(b, 1)));
-        all_hi = bin(b, OP_MIN, nk, bin(b, OP_ADD, band_at(b, hi, up ? r0 : last), cindex(b, 1)));
+        end = b_bin(b, OP_MIN, nk, b_bin(b, OP_ADD, band_at(b, hi, up ? last : r0), b_index(b, 1)));
+        all_hi = b_bin(b, OP_MIN, nk, b_bin(b, OP_ADD, band_at(b, hi, up ? r0 : last), b_index(b, 1)));
     }
     if (lo) {
         bool up = attrs_get(lo->entries, lo->n, "i")->i >= 0;
-        start = bin(b, OP_MUL, bin(b, OP_FLOORDIV, bin(b, OP_MAX, start, band_at(b, lo, up ? r0 : last)), bn), bn);
-        all_lo = bin(b, OP_MAX, start, band_at(b, lo, up ? last : r0));
+        start = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, b_bin(b, OP_MAX, start, band_at(b, lo, up ? r0 : last)), bn), bn);
+        all_lo = b_bin(b, OP_MAX, start, band_at(b, lo, up ? last : r0));
     }
     Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
     if (!exact || !exact->i) {
@@ -459,10 +376,10 @@ static int key_segments(B *b, const Op *att, Value *r0, int64_t BM, int64_t BN, 
         return 1;
     }
     /* interior: whole tiles in [all_lo, all_hi), clamped into [start, end] */
-    Value *in_lo = bin(b, OP_MIN, bin(b, OP_MUL, ceildiv(b, all_lo, BN), bn), end);
-    in_lo = bin(b, OP_MAX, in_lo, start);
-    Value *in_hi = bin(b, OP_MUL, bin(b, OP_FLOORDIV, all_hi, bn), bn);
-    in_hi = bin(b, OP_MIN, bin(b, OP_MAX, in_hi, in_lo), end);
+    Value *in_lo = b_bin(b, OP_MIN, b_bin(b, OP_MUL, b_ceildiv(b, all_lo, BN), bn), end);
+    in_lo = b_bin(b, OP_MAX, in_lo, start);
+    Value *in_hi = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, all_hi, bn), bn);
+    in_hi = b_bin(b, OP_MIN, b_bin(b, OP_MAX, in_hi, in_lo), end);
     seg[0] = (Segment){start, in_lo, true};
     seg[1] = (Segment){in_lo, in_hi, false};
     seg[2] = (Segment){in_hi, end, true};
@@ -489,103 +406,96 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     memcpy(inputs, att->operands, sizeof(Value *) * 3);
     for (int i = 0; i < side.len; i++)
         inputs[3 + i] = side.items[i];
-    B outer = {ctx->arena, NULL, att->loc};
+    Builder outer = {ctx->arena, NULL, NULL, att->loc};
     Block tmp = {0};
     outer.blk = &tmp;
     if (!dim_equal(qt->dims[1], kt->dims[1]) && (qt->dims[1].sym || kt->dims[1].sym)) {
         /* GQA with symbolic heads: the grouping needs Hq % Hkv == 0 */
-        Value *r = bin(&outer, OP_REM, dim_value(&outer, qt->dims[1]), dim_value(&outer, kt->dims[1]));
-        Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){cmp(&outer, "eq", r, cindex(&outer, 0))}, 0, NULL, 0);
+        Value *r = b_bin(&outer, OP_REM, b_dim(&outer, qt->dims[1]), b_dim(&outer, kt->dims[1]));
+        Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){b_cmp(&outer, "eq", r, b_index(&outer, 0))}, 0, NULL, 0);
         check->loc = att->loc;
         op_set_attr(ctx->arena, check, "message",
                     attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
         block_append(&tmp, check);
     }
-    Value *grid[3] = {ceildiv(&outer, dim_value(&outer, qt->dims[2]), t.BM),
-                      bin(&outer, OP_MUL, dim_value(&outer, qt->dims[0]), dim_value(&outer, qt->dims[1])),
-                      cindex(&outer, 1)};
+    Value *grid[3] = {b_ceildiv(&outer, b_dim(&outer, qt->dims[2]), t.BM),
+                      b_bin(&outer, OP_MUL, b_dim(&outer, qt->dims[0]), b_dim(&outer, qt->dims[1])),
+                      b_index(&outer, 1)};
     Value **args;
     Op *l = new_launch(&outer, att, grid, nin, inputs, &args);
-    B b = {ctx->arena, l->regions[0].blocks[0], att->loc};
+    Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, att->loc};
     t.b = &b;
     t.Q = args[3], t.K = args[4], t.V = args[5];
     map_init(&t.memrefs, false);
     for (int i = 0; i < side.len; i++)
         map_put(ctx->arena, &t.memrefs, side.items[i], args[6 + i]);
     /* which (batch, head, kv head) and rows this program owns */
-    Value *H = dim_value(&b, qt->dims[1]), *HK = dim_value(&b, kt->dims[1]);
-    t.bi = bin(&b, OP_FLOORDIV, args[1], H);
-    t.h = bin(&b, OP_REM, args[1], H);
-    t.kh = bin(&b, OP_FLOORDIV, t.h, bin(&b, OP_FLOORDIV, H, HK));
-    t.r0 = bin(&b, OP_MUL, args[0], cindex(&b, t.BM));
-    t.i_rows = bin(&b, OP_ADD, iota(&b, 0, t.BM, 1), t.r0);
-    t.nk = dim_value(&b, kt->dims[2]);
-    Value *zero = cindex(&b, 0), *step = cindex(&b, t.BN);
+    Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]);
+    t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
+    t.h = b_bin(&b, OP_REM, args[1], H);
+    t.kh = b_bin(&b, OP_FLOORDIV, t.h, b_bin(&b, OP_FLOORDIV, H, HK));
+    t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
+    t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+    t.nk = b_dim(&b, kt->dims[2]);
+    Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
     int nseg = key_segments(&b, att, t.r0, t.BM, t.BN, t.nk, seg);
     const int rows_cols[2] = {2, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
-    t.q = load(&b, t.Q, qi, rows_cols, tile_t(&b, t.dt, t.BM, t.D), 0);
-    Value *ninf = cfloat(&b, t.acc, -INFINITY), *fzero = cfloat(&b, t.acc, 0);
-    B body;
+    t.q = load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
+    Value *ninf = b_float(&b, t.acc, -INFINITY), *fzero = b_float(&b, t.acc, 0);
+    Builder body;
     Value *j0, **c;
     /* loops 1: the row max, over each segment in turn */
-    Value *m = splat(&b, ninf, t.BM, 1);
+    Value *m = b_splat(&b, ninf, t.BM, 1);
     for (int k = 0; k < nseg; k++) {
         Op *l1 = new_for(&b, seg[k].start, seg[k].end, step, 1, &m, &body, &j0, &c);
         op_set_attr(b.a, l1, "softmax", attr_str(b.a, "max"));
         Value *s = scores(&t, &body, j0, seg[k].masked);
-        Value *mx = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &s);
+        Value *mx = b_emit(&body, OP_TILE_REDUCE, b_tile_type(&body, t.acc, t.BM, 1), 1, &s);
         op_set_attr(body.a, mx->def, "kind", attr_str(body.a, "max"));
-        Value *m1 = bin(&body, OP_MAX, c[0], mx);
+        Value *m1 = b_bin(&body, OP_MAX, c[0], mx);
         yield(&body, 1, &m1);
         m = l1->results[0];
     }
-    Value *msafe = select3(&b, cmp(&b, "eq", m, ninf), fzero, m);
+    Value *msafe = b_select(&b, b_cmp(&b, "eq", m, ninf), fzero, m);
     /* loops 2: the row sum of exp(s - m) */
-    Value *lsum = splat(&b, fzero, t.BM, 1);
+    Value *lsum = b_splat(&b, fzero, t.BM, 1);
     for (int k = 0; k < nseg; k++) {
         Op *l2 = new_for(&b, seg[k].start, seg[k].end, step, 1, &lsum, &body, &j0, &c);
         op_set_attr(b.a, l2, "softmax", attr_str(b.a, "sum"));
         Value *s = scores(&t, &body, j0, seg[k].masked);
-        Value *e = unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe));
-        Value *rs = emit(&body, OP_TILE_REDUCE, tile_t(&body, t.acc, t.BM, 1), 1, &e);
+        Value *e = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, s, msafe));
+        Value *rs = b_emit(&body, OP_TILE_REDUCE, b_tile_type(&body, t.acc, t.BM, 1), 1, &e);
         op_set_attr(body.a, rs->def, "kind", attr_str(body.a, "sum"));
-        Value *l_next = bin(&body, OP_ADD, c[0], rs);
+        Value *l_next = b_bin(&body, OP_ADD, c[0], rs);
         yield(&body, 1, &l_next);
         lsum = l2->results[0];
     }
-    Value *lsafe = select3(&b, cmp(&b, "eq", lsum, fzero), cfloat(&b, t.acc, 1), lsum);
+    Value *lsafe = b_select(&b, b_cmp(&b, "eq", lsum, fzero), b_float(&b, t.acc, 1), lsum);
     /* loops 3: O = Σ softmax(s) · V, P rounded to the input type */
-    Value *acc = splat(&b, fzero, t.BM, t.DV);
+    Value *acc = b_splat(&b, fzero, t.BM, t.DV);
     for (int k = 0; k < nseg; k++) {
         Op *l3 = new_for(&b, seg[k].start, seg[k].end, step, 1, &acc, &body, &j0, &c);
         op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
         Value *s = scores(&t, &body, j0, seg[k].masked);
-        Value *p = bin(&body, OP_DIV, unary(&body, OP_EXP, bin(&body, OP_SUB, s, msafe)), lsafe);
-        Value *vi[4] = {t.bi, t.kh, j0, cindex(&body, 0)};
-        Value *vtile = load(&body, t.V, vi, rows_cols, tile_t(&body, t.dt, t.BN, t.DV), 0);
-        Value *ops[3] = {cast(&body, p, t.dt), vtile, c[0]};
-        Value *o_next = emit(&body, OP_DOT, c[0]->type, 3, ops);
+        Value *p = b_bin(&body, OP_DIV, b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, s, msafe)), lsafe);
+        Value *vi[4] = {t.bi, t.kh, j0, b_index(&body, 0)};
+        Value *vtile = load(&body, t.V, vi, rows_cols, b_tile_type(&body, t.dt, t.BN, t.DV), 0);
+        Value *ops[3] = {b_cast(&body, p, t.dt), vtile, c[0]};
+        Value *o_next = b_emit(&body, OP_DOT, c[0]->type, 3, ops);
         yield(&body, 1, &o_next);
         acc = l3->results[0];
     }
-    store(&b, args[3 + nin], cast(&b, acc, t.dt), qi, rows_cols);
+    store(&b, args[3 + nin], b_cast(&b, acc, t.dt), qi, rows_cols);
     if (att->nresults == 2) {
-        Value *lse = bin(&b, OP_ADD, cast(&b, m, SK_F32), unary(&b, OP_LOG, cast(&b, lsum, SK_F32)));
+        Value *lse = b_bin(&b, OP_ADD, b_cast(&b, m, SK_F32), b_unary(&b, OP_LOG, b_cast(&b, lsum, SK_F32)));
         const int lse_dims[2] = {2, -1};
         Value *li[3] = {t.bi, t.h, t.r0};
         store(&b, args[3 + nin + 1], lse, li, lse_dims);
     }
     yield(&b, 0, NULL);
-    for (Op *o = tmp.first, *next_op; o; o = next_op) {
-        next_op = o->next;
-        op_insert_before(att, o);
-    }
-    op_insert_before(att, l);
-    for (int i = 0; i < att->nresults; i++)
-        replace_all_uses(func, att->results[i], l->results[i]);
-    op_unlink(att);
+    replace_with_launch(func, att, &tmp, l);
     return true;
 }
 
@@ -623,30 +533,25 @@ static bool is_row_op(const Op *op) {
 
 /* The [rows, cols] tile of a tensor of rank 1 or 2 seen as rows of a
  * program: rank 1 is one row; a dimension of 1 stays 1 (broadcast). */
-static Value *row_tile_load(B *b, Value *mem, Value *r0) {
+static Value *row_tile_load(Builder *b, Value *mem, Value *r0) {
     const Type *t = mem->type;
     int dims[2];
     Value *idx[2];
     int64_t shape[2];
     if (t->rank == 1) {
         dims[0] = -1, dims[1] = 0;
-        idx[0] = cindex(b, 0);
+        idx[0] = b_index(b, 0);
         shape[0] = 1, shape[1] = t->dims[0].size;
     } else {
         bool one = !t->dims[0].sym && t->dims[0].size == 1;
         dims[0] = 0, dims[1] = 1;
-        idx[0] = one ? cindex(b, 0) : r0;
-        idx[1] = cindex(b, 0);
+        idx[0] = one ? b_index(b, 0) : r0;
+        idx[1] = b_index(b, 0);
         shape[0] = one ? 1 : RB, shape[1] = t->dims[1].size;
     }
-    return load(b, mem, idx, dims, tile_t(b, t->elem, shape[0], shape[1]), 0);
+    return load(b, mem, idx, dims, b_tile_type(b, t->elem, shape[0], shape[1]), 0);
 }
 
-static Value *row_reduce(B *b, const char *kind, Value *x) {
-    Value *r = emit(b, OP_TILE_REDUCE, tile_t(b, x->type->elem, x->type->dims[0].size, 1), 1, &x);
-    op_set_attr(b->a, r->def, "kind", attr_str(b->a, kind));
-    return r;
-}
 
 static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
     const Type *rt = op->results[0]->type;
@@ -654,15 +559,15 @@ static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
     for (int i = 0; i < op->noperands; i++)
         if (op->operands[i]->type->kind == TY_TENSOR)
             vec_push(ctx->arena, &tensors, op->operands[i]);
-    B outer = {ctx->arena, NULL, op->loc};
+    Builder outer = {ctx->arena, NULL, NULL, op->loc};
     Block tmp = {0};
     outer.blk = &tmp;
-    Value *rows = rt->rank == 2 ? dim_value(&outer, rt->dims[0]) : cindex(&outer, 1);
-    Value *grid[3] = {cindex(&outer, 1), ceildiv(&outer, rows, RB), cindex(&outer, 1)};
+    Value *rows = rt->rank == 2 ? b_dim(&outer, rt->dims[0]) : b_index(&outer, 1);
+    Value *grid[3] = {b_index(&outer, 1), b_ceildiv(&outer, rows, RB), b_index(&outer, 1)};
     Value **args;
     Op *l = new_launch(&outer, op, grid, tensors.len, (Value **)tensors.items, &args);
-    B b = {ctx->arena, l->regions[0].blocks[0], op->loc};
-    Value *r0 = bin(&b, OP_MUL, args[1], cindex(&b, RB));
+    Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, op->loc};
+    Value *r0 = b_bin(&b, OP_MUL, args[1], b_index(&b, RB));
     Value *x[3];
     int ti = 0;
     for (int i = 0; i < op->noperands; i++) {
@@ -670,7 +575,7 @@ static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
         if (v->type->kind == TY_TENSOR) {
             x[i] = row_tile_load(&b, args[3 + ti++], r0);
         } else {   /* a scalar constant or dimension, recomputed inside */
-            Value *c = emit(&b, v->def->kind, v->type, 0, NULL);
+            Value *c = b_emit(&b, v->def->kind, v->type, 0, NULL);
             c->def->attrs = v->def->attrs;
             c->def->nattrs = v->def->nattrs;
             x[i] = c;
@@ -679,54 +584,48 @@ static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
     Value *y;
     if (op->kind == OP_REDUCE || op->kind == OP_SOFTMAX) {
         const char *kind = op->kind == OP_SOFTMAX ? "softmax" : op_attr(op, "kind")->s;
-        Value *f = cast(&b, x[0], SK_F32);
+        Value *f = b_cast(&b, x[0], SK_F32);
         int64_t n = f->type->dims[1].size;
         if (strcmp(kind, "max") == 0) {
-            y = row_reduce(&b, "max", f);
+            y = b_row_reduce(&b, "max", f);
         } else if (strcmp(kind, "sum") == 0 || strcmp(kind, "mean") == 0) {
-            y = row_reduce(&b, "sum", f);
+            y = b_row_reduce(&b, "sum", f);
             if (kind[0] == 'm')
-                y = bin(&b, OP_DIV, y, cfloat(&b, SK_F32, (double)n));
+                y = b_bin(&b, OP_DIV, y, b_float(&b, SK_F32, (double)n));
         } else {   /* softmax, logsumexp: a row of -inf gives 0, -inf */
-            Value *m = row_reduce(&b, "max", f);
-            Value *ninf = cfloat(&b, SK_F32, -INFINITY);
-            Value *msafe = select3(&b, cmp(&b, "eq", m, ninf), cfloat(&b, SK_F32, 0), m);
-            Value *e = unary(&b, OP_EXP, bin(&b, OP_SUB, f, msafe));
-            Value *s = row_reduce(&b, "sum", e);
+            Value *m = b_row_reduce(&b, "max", f);
+            Value *ninf = b_float(&b, SK_F32, -INFINITY);
+            Value *msafe = b_select(&b, b_cmp(&b, "eq", m, ninf), b_float(&b, SK_F32, 0), m);
+            Value *e = b_unary(&b, OP_EXP, b_bin(&b, OP_SUB, f, msafe));
+            Value *s = b_row_reduce(&b, "sum", e);
             if (strcmp(kind, "softmax") == 0)
-                y = bin(&b, OP_DIV, e, select3(&b, cmp(&b, "eq", s, cfloat(&b, SK_F32, 0)), cfloat(&b, SK_F32, 1), s));
+                y = b_bin(&b, OP_DIV, e, b_select(&b, b_cmp(&b, "eq", s, b_float(&b, SK_F32, 0)), b_float(&b, SK_F32, 1), s));
             else
-                y = bin(&b, OP_ADD, m, unary(&b, OP_LOG, s));
+                y = b_bin(&b, OP_ADD, m, b_unary(&b, OP_LOG, s));
         }
-        y = cast(&b, y, rt->elem);
+        y = b_cast(&b, y, rt->elem);
     } else {
         Type *yt = type_scalar(b.a, rt->elem);
         for (int i = 0; i < op->noperands; i++)
-            yt = bcast(&b, yt, x[i]->type, rt->elem);
-        y = emit(&b, op->kind, yt, op->noperands, x);
+            yt = b_bcast(&b, yt, x[i]->type, rt->elem);
+        y = b_emit(&b, op->kind, yt, op->noperands, x);
         y->def->attrs = op->attrs;
         y->def->nattrs = op->nattrs;
     }
     /* store: as many rows as the result has (1 for rank 1 or a row of 1) */
     Value *out = args[3 + tensors.len];
     int dims[2] = {0, 1};
-    Value *idx[2] = {r0, cindex(&b, 0)};
+    Value *idx[2] = {r0, b_index(&b, 0)};
     if (rt->rank == 1) {
         dims[0] = -1, dims[1] = 0;
-        idx[0] = cindex(&b, 0);
+        idx[0] = b_index(&b, 0);
     }
     int64_t want_rows = rt->rank == 1 ? 1 : RB, want_cols = rt->dims[rt->rank - 1].size;
     if (y->type->kind == TY_SCALAR || y->type->dims[0].size != want_rows || y->type->dims[1].size != want_cols)
-        y = bin(&b, OP_ADD, y, splat(&b, cfloat(&b, rt->elem, 0), want_rows, want_cols));   /* broadcast out */
+        y = b_bin(&b, OP_ADD, y, b_splat(&b, b_float(&b, rt->elem, 0), want_rows, want_cols));   /* broadcast out */
     store(&b, out, y, idx, dims);
     yield(&b, 0, NULL);
-    for (Op *o = tmp.first, *next_op; o; o = next_op) {
-        next_op = o->next;
-        op_insert_before(op, o);
-    }
-    op_insert_before(op, l);
-    replace_all_uses(func, op->results[0], l->results[0]);
-    op_unlink(op);
+    replace_with_launch(func, op, &tmp, l);
     return true;
 }
 

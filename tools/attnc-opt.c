@@ -65,6 +65,7 @@ static bool add_passes(Options *o, const char *list, Diag *d) {
 
 static int parse_args(Arena *a, int argc, char **argv, Options *o, Diag *d) {
     int handled;
+    bool bad = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-help") == 0 || strcmp(arg, "-h") == 0) {
@@ -85,17 +86,9 @@ static int parse_args(Arena *a, int argc, char **argv, Options *o, Diag *d) {
             o->pass_opts.verify_each = true;
         } else if (strcmp(arg, "-time-passes") == 0) {
             o->pass_opts.time_passes = true;
-        } else if (strcmp(arg, "-arch") == 0 || tool_flag_value(arg, "-arch")) {
-            const char *arch = tool_flag_value(arg, "-arch");
-            if (!arch && ++i == argc) {
-                diag_plain(d, "'-arch' needs a target");
+        } else if (tool_arch_arg(d, argc, argv, &i, &o->arch, &bad)) {
+            if (bad)
                 return 1;
-            }
-            o->arch = arch ? arch : argv[i];
-            if (!pipeline_known(o->arch)) {
-                diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", o->arch);
-                return 1;
-            }
         } else if (strcmp(arg, "-interpret-check") == 0) {
             o->interpret = true;
         } else if ((handled = tool_run_arg(a, d, argc, argv, &i, &o->run)) != 0) {

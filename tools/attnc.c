@@ -39,6 +39,7 @@ typedef struct Options {
 
 /* Returns 0 to go on, or the exit status to stop with. */
 static int parse_args(int argc, char **argv, Options *o, Diag *d) {
+    bool bad = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-help") == 0 || strcmp(arg, "-h") == 0) {
@@ -58,18 +59,9 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
                 diag_plain(d, "unknown -emit kind '%s' (expected ast, ir or tile)", val);
                 return 1;
             }
-        } else if (strcmp(arg, "-arch") == 0 || tool_flag_value(arg, "-arch")) {
-            o->arch = tool_flag_value(arg, "-arch");
-            if (!o->arch && ++i == argc) {
-                diag_plain(d, "'-arch' needs a target");
+        } else if (tool_arch_arg(d, argc, argv, &i, &o->arch, &bad)) {
+            if (bad)
                 return 1;
-            }
-            if (!o->arch)
-                o->arch = argv[i];
-            if (!pipeline_known(o->arch)) {
-                diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", o->arch);
-                return 1;
-            }
         } else if (strcmp(arg, "-print-loc") == 0) {
             o->print_loc = true;
         } else if (strcmp(arg, "-split-input-file") == 0) {
@@ -131,19 +123,15 @@ static const char run_usage[] =
 
 static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) {
     int handled;
+    bool bad = false;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(run_usage, stdout);
             return -1;
-        } else if (strcmp(arg, "-arch") == 0) {
-            if (++i == argc) {
-                diag_plain(d, "'-arch' needs a target");
+        } else if (tool_arch_arg(d, argc, argv, &i, &r->arch, &bad)) {
+            if (bad)
                 return 1;
-            }
-            r->arch = argv[i];
-        } else if (tool_flag_value(arg, "-arch")) {
-            r->arch = tool_flag_value(arg, "-arch");
         } else if (strcmp(arg, "--check") == 0) {
             r->run.check = true;
         } else if (strcmp(arg, "--check-each-pass") == 0) {
@@ -165,10 +153,6 @@ static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) 
     }
     if (!r->input) {
         diag_plain(d, "no input file; see 'attnc run --help'");
-        return 1;
-    }
-    if (!pipeline_known(r->arch)) {
-        diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", r->arch);
         return 1;
     }
     return 0;

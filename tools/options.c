@@ -1,4 +1,5 @@
 /* options.c — input and output handling shared by the tools. */
+#include "passes/passes.h"
 #include "tools/tool.h"
 
 #include <errno.h>
@@ -200,4 +201,21 @@ const Map *program_consts(Arena *a, const Program *p) {
         if (p->items[i]->kind == I_CONST)
             map_put(a, m, p->items[i]->name, (void *)1);
     return m;
+}
+
+bool tool_arch_arg(Diag *d, int argc, char **argv, int *i, const char **arch, bool *bad) {
+    const char *arg = argv[*i], *val = tool_flag_value(arg, "-arch");
+    if (!val && strcmp(arg, "-arch") != 0)
+        return false;
+    if (!val && ++*i == argc) {
+        diag_plain(d, "'-arch' needs a target");
+        *bad = true;
+        return true;
+    }
+    *arch = val ? val : argv[*i];
+    if (!pipeline_known(*arch)) {
+        diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", *arch);
+        *bad = true;
+    }
+    return true;
 }

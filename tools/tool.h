@@ -30,6 +30,10 @@ int tool_run(Diag *d, const char *input, const char *output, bool split, ChunkFn
  * them (advancing *i past -o's value), false with an error reported. */
 bool tool_common_arg(Diag *d, int argc, char **argv, int *i, const char **input, const char **output);
 
+/* "-arch T" or "-arch=T": true when argv[*i] was one (advancing *i past the
+ * value) with *arch set to a known target; an error is reported in *bad. */
+bool tool_arch_arg(Diag *d, int argc, char **argv, int *i, const char **arch, bool *bad);
+
 /* After the arguments: an error unless an input file was named. */
 bool tool_have_input(Diag *d, const char *input);
 
