@@ -73,6 +73,12 @@ static Tensor *new_result_n(Interp *in, const Op *op, int i) {
 
 static Tensor *new_result(Interp *in, const Op *op) { return new_result_n(in, op, 0); }
 
+/* Binds op's (only) result; for the evaluators' last line. */
+static bool set_result(Interp *in, const Op *op, Tensor *r) {
+    map_put(in->arena, &in->values, op->results[0], r);
+    return true;
+}
+
 /* Rounding of a computed value to its type: floats only in emulated mode. */
 static double store(Interp *in, ScalarKind k, double x) {
     if (in->exact && scalar_is_float(k))
@@ -202,8 +208,7 @@ static bool eval_elementwise(Interp *in, const Op *op) {
         for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
             idx[d] = 0;
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 /* ---- hooks: a plan of slots, run once per score ------------------------- */
@@ -326,8 +331,7 @@ static bool eval_hook(Interp *in, const Op *op) {
                         return false;
                     r->data[e] = score ? store(in, r->dtype, v) : v != 0 ? x->data[e] : -INFINITY;
                 }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 /* ---- structural tensor ops ---------------------------------------------- */
@@ -417,8 +421,7 @@ static bool eval_matmul(Interp *in, const Op *op) {
         for (int d = batch_rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
             idx[d] = 0;
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 static bool eval_transpose(Interp *in, const Op *op) {
@@ -441,8 +444,7 @@ static bool eval_transpose(Interp *in, const Op *op) {
         for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
             idx[d] = 0;
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 static bool eval_expand_heads(Interp *in, const Op *op) {
@@ -459,8 +461,7 @@ static bool eval_expand_heads(Interp *in, const Op *op) {
         for (int64_t h = 0; h < hq; h++)
             memcpy(r->data + (b * hq + h) * inner, x->data + (b * hk + h / group) * inner,
                    sizeof(double) * (size_t)inner);
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 /* softmax and reductions work on rows of the last dimension. */
@@ -502,8 +503,7 @@ static bool eval_rows(Interp *in, const Op *op) {
             for (int64_t j = 0; j < n; j++)
                 r->data[row * n + j] = store(in, r->dtype, exp(v[j] - m) / sum);
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 static bool eval_scalar_op(Interp *in, const Op *op) {
@@ -519,8 +519,7 @@ static bool eval_scalar_op(Interp *in, const Op *op) {
             return fail(in, op, "dimension '%s' is not bound", op_attr(op, "name")->s);
         r->data[0] = (double)v;
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 /* ---- fused ops: the same arithmetic, in the same order, as the ops they
@@ -670,8 +669,7 @@ static bool eval_fused_gemm(Interp *in, const Op *op) {
         for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
             idx[d] = 0;
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 /* ---- the tile level ------------------------------------------------------- */
@@ -722,8 +720,7 @@ static bool eval_load(Interp *in, const Op *op) {
         int64_t off = box_offset(in, op, mem, r, 1, e);
         r->data[e] = off < 0 ? fill : mem->data[off];
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 static bool eval_store(Interp *in, const Op *op) {
@@ -763,8 +760,7 @@ static bool eval_gather(Interp *in, const Op *op) {
         for (int a = r->rank - 1; a >= 0 && ++idx[a] == r->dims[a]; a--)
             idx[a] = 0;
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 static bool eval_tile_misc(Interp *in, const Op *op) {
@@ -804,8 +800,7 @@ static bool eval_tile_misc(Interp *in, const Op *op) {
             r->data[i] = acc;
         }
     }
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 /* ---- shared buffers and async copies ---------------------------------------
@@ -828,8 +823,7 @@ static bool eval_alloc(Interp *in, const Op *op) {
         return false;
     for (int64_t e = 0; e < r->size; e++)
         r->data[e] = NAN;
-    map_put(in->arena, &in->values, op->results[0], r);
-    return true;
+    return set_result(in, op, r);
 }
 
 static bool eval_copy_async(Interp *in, const Op *op) {

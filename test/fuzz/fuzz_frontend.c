@@ -3,12 +3,14 @@
  *
  * Each input is tried both ways:
  *   as .attn:  parse + check + lower must not crash; when it succeeds, the
- *              IR must verify and print -> parse -> print identically;
+ *              IR must verify and print -> parse -> print identically, and
+ *              every target's pipeline must keep it valid (and printable);
  *   as IR:     parse must not crash; when it parses and verifies, the
  *              round trip must be exact.
  * Any other outcome aborts, which libFuzzer reports as a crash.
  */
 #include "frontend/frontend.h"
+#include "passes/passes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check(ir_roundtrip_check(&a, module, (PrintOptions){0}, &d), "frontend IR round trip");
         check(ir_roundtrip_check(&a, module, (PrintOptions){.locations = true}, &d),
               "frontend IR round trip with locations");
+        static const char *const targets[] = {"sm_70", "sm_80", "sm_90a"};
+        const char *arch = targets[size % 3];
+        PassContext ctx = {.arena = &a, .diag = &d};
+        check(run_pipeline(module, arch, &ctx, (PassOptions){.verify_each = true, .dump = sink}),
+              "a pass made invalid IR");
+        check(ir_roundtrip_check(&a, module, (PrintOptions){0}, &d), "tile IR round trip");
     }
 
     diag_init(&d, sink);
