@@ -7,6 +7,7 @@
  *   registry.c   the table of passes; the pass manager (verify, print, time)
  *   pipeline.c   the pipeline of each target
  *   dce.c        dead-code elimination of pure ops
+ *   cse.c        common subexpression elimination (constants, index arithmetic)
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
  *   mask_analysis.c  affine key bounds of attention masks (for tiling)
  *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
@@ -55,6 +56,7 @@ bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions op
 
 /* the passes */
 bool pass_dce(Op *module, PassContext *ctx);
+bool pass_cse(Op *module, PassContext *ctx);
 bool pass_fusion(Op *module, PassContext *ctx);
 bool pass_mask_analysis(Op *module, PassContext *ctx);
 bool pass_test_mask_analysis_shrink(Op *module, PassContext *ctx);   /* wrong on purpose */

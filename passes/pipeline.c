@@ -18,17 +18,19 @@ static const char *const sm70[] = {
     "tiling",         /* fused ops -> tile.launch kernels; fully masked key tiles skipped */
     "online-softmax", /* one key loop: running max, sum, rescale */
     "double-buffer",  /* loads of the next iteration in flight */
+    "cse",            /* the constants and index arithmetic made more than once */
+    "dce",
     NULL,
 };
 
 /* sm_80 (A100; full speed on H100/H200): 128x64 tiles, cp.async stages */
 static const char *const sm80[] = {
-    "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", NULL,
+    "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", "cse", "dce", NULL,
 };
 
 /* sm_90a (H100/H200): 128x128 tiles, a TMA ring */
 static const char *const sm90a[] = {
-    "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", NULL,
+    "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", "cse", "dce", NULL,
 };
 
 static const struct {

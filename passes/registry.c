@@ -6,6 +6,7 @@
 
 static const Pass registry[] = {
     {"dce", "remove pure ops whose results are never used", pass_dce},
+    {"cse", "replace a pure op equal to an earlier one by that one", pass_cse},
     {"fusion", "attention -> attn.attention; GEMM + elementwise epilogue -> attn.fused_gemm", pass_fusion},
     {"mask-analysis", "record the affine key range a mask allows on attn.attention", pass_mask_analysis},
     {"test-mask-analysis-shrink", "(tests only) mask-analysis with bounds 64 keys too tight", pass_test_mask_analysis_shrink},

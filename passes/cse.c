@@ -1,0 +1,80 @@
+/* cse.c — common subexpression elimination: a pure op equal to one before it
+ * in the same or an enclosing block (same kind, operands, attributes and
+ * result types) is replaced by that one. Mostly constants and index
+ * arithmetic that the lowering passes make more than once.
+ *
+ *   %1 = arith.constant {value = 64} : index        %1 = arith.constant {value = 64} : index
+ *   %2 = arith.mul(%pid_x, %1) : index        ==>   %2 = arith.mul(%pid_x, %1) : index
+ *   %3 = arith.constant {value = 64} : index        %4 = arith.mul(%pid_y, %1) : index
+ *   %4 = arith.mul(%pid_y, %3) : index
+ *
+ * Requires: verified IR. Guarantees: the same values. Loads are left alone
+ * (memory they read may change between them: stores, async copies), as are
+ * ops with regions; names restart inside isolated ops (launches).
+ */
+#include "passes/passes.h"
+
+#include <stdio.h>
+
+typedef struct Scope {
+    Map ops;               /* key -> Value* */
+    struct Scope *parent;
+} Scope;
+
+static const char *key_of(Arena *a, const Op *op) {
+    StrBuf b;
+    strbuf_open(&b);
+    fprintf(b.f, "%d|", (int)op->kind);
+    for (int i = 0; i < op->noperands; i++)
+        fprintf(b.f, "%p,", (void *)op->operands[i]);
+    fputc('|', b.f);
+    for (int i = 0; i < op->nattrs; i++) {
+        fprintf(b.f, "%s=", op->attrs[i].name);
+        print_attr(b.f, op->attrs[i].value);
+        fputc(';', b.f);
+    }
+    fputc('|', b.f);
+    print_type(b.f, op->results[0]->type);
+    return strbuf_finish(&b, a, NULL);
+}
+
+static bool eligible(const Op *op) {
+    return (op_info[op->kind].flags & OPF_PURE) && op->nresults == 1 && op->nregions == 0 &&
+           op->kind != OP_LOAD && op->kind != OP_GATHER;
+}
+
+static Value *lookup(Scope *s, const char *key) {
+    for (; s; s = s->parent) {
+        Value *v = map_get(&s->ops, key);
+        if (v)
+            return v;
+    }
+    return NULL;
+}
+
+static void cse_block(Arena *a, Op *root, Block *blk, Scope *parent) {
+    Scope scope = {.parent = parent};
+    map_init(&scope.ops, true);
+    for (Op *op = blk->first, *next; op; op = next) {
+        next = op->next;
+        if (eligible(op)) {
+            const char *key = key_of(a, op);
+            Value *same = lookup(&scope, key);
+            if (same) {
+                replace_all_uses(root, op->results[0], same);
+                op_unlink(op);
+                continue;
+            }
+            map_put(a, &scope.ops, key, op->results[0]);
+        }
+        bool isolated = op_info[op->kind].flags & OPF_ISOLATED;
+        for (int r = 0; r < op->nregions; r++)
+            for (int b = 0; b < op->regions[r].nblocks; b++)
+                cse_block(a, isolated ? op : root, op->regions[r].blocks[b], isolated ? NULL : &scope);
+    }
+}
+
+bool pass_cse(Op *module, PassContext *ctx) {
+    cse_block(ctx->arena, module, op_body(module), NULL);
+    return true;
+}
