@@ -1019,7 +1019,7 @@ static void lower_mlp(Sema *s, const Item *it, Op *func) {
         }
         if (sym && sym->value) {
             diag_error(s->d, s->src, st->name_loc, "'%s' is assigned twice", st->name);
-            diag_note(s->d, s->src, sym->kind == SYM_LOCAL ? sym->loc : sym->loc,
+            diag_note(s->d, s->src, sym->loc,
                       "'%s' is %s here", st->name, sym->kind == SYM_LOCAL ? "first assigned" : "declared");
             continue;
         }

@@ -95,14 +95,15 @@ static Value *to_base2(Builder *b, Value *s) {
 }
 
 /* One segment: lpv's body becomes the body of a loop carrying (m, l, acc)
- * from `init`; returns the new loop (inserted before lpv). */
-static Op *fuse_segment(PassContext *ctx, Op *lmax, Op *lsum, Op *lpv, Value **init, bool rescale) {
+ * from `init` (the max and sum loops' work is redone there: they die);
+ * returns the new loop (inserted before lpv). */
+static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     PV pv;
     if (!match_pv(lpv, &pv))
         return NULL;
     Arena *a = ctx->arena;
     Value *ops[6] = {lpv->operands[0], lpv->operands[1], lpv->operands[2], init[0], init[1], init[2]};
-    Type *types[3] = {lmax->results[0]->type, lsum->results[0]->type, lpv->results[0]->type};
+    Type *types[3] = {init[0]->type, init[1]->type, lpv->results[0]->type};
     Op *loop = op_create(a, OP_FOR, 6, ops, 3, types, 1);
     loop->loc = lpv->loc;
     op_insert_before(lpv, loop);
@@ -113,14 +114,11 @@ static Op *fuse_segment(PassContext *ctx, Op *lmax, Op *lsum, Op *lpv, Value **i
     Value *m = block_add_arg(a, body, types[0], "m");
     Value *l = block_add_arg(a, body, types[1], "l");
     /* block arguments in order: iv, m, l, acc */
-    Value *iv = body->args[0];
     body->args[1] = m, body->args[2] = l, body->args[3] = acc;
     for (int i = 0; i < 4; i++)
         body->args[i]->index = i;
-    (void)iv;
     Op *yield = body->last;
     Builder b = {a, NULL, yield, lpv->loc};
-    (void)lsum;
     Value *s = to_base2(&b, pv.scores);
     Value *ninf = b_float(&b, types[0]->elem, -INFINITY), *zero = b_float(&b, types[0]->elem, 0);
     Value *m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
@@ -149,7 +147,7 @@ static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **p
     Value *carry[3] = {maxes[0]->operands[3], sums[0]->operands[3], pvs[0]->operands[3]};
     Op *loop = NULL;
     for (int i = 0; i < k; i++) {
-        loop = fuse_segment(ctx, maxes[i], sums[i], pvs[i], carry, rescale);
+        loop = fuse_segment(ctx, pvs[i], carry, rescale);
         for (int r = 0; r < 3; r++)
             carry[r] = loop->results[r];
     }
