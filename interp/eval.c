@@ -600,12 +600,9 @@ static bool eval_attention(Interp *in, const Op *op) {
                     lse->data[(b * H + h) * NQ + i] = lm == -INFINITY ? -INFINITY : store(in, SK_F32, lm + log(lt));
                 }
                 double *O = o->data + ((b * H + h) * NQ + i) * DV;
-                for (int64_t d = 0; d < DV; d++) {
-                    double sum = 0;
-                    for (int64_t j = 0; j < NK; j++)
-                        sum = store(in, acc, sum + p[j] * V[j * DV + d]);
-                    O[d] = store(in, o->dtype, sum);
-                }
+                matmul_acc(in, acc, p, V, O, 1, NK, DV);   /* O starts at 0: a new tensor */
+                for (int64_t d = 0; d < DV; d++)
+                    O[d] = store(in, o->dtype, O[d]);
             }
         }
     map_put(in->arena, &in->values, op->results[0], o);
@@ -686,26 +683,39 @@ static int64_t index_operand(Interp *in, const Op *op, int i) {
     return (int64_t)get(in, op->operands[i])->data[0];
 }
 
-/* The memref offset of tile element `e` of a box at the op's indices; -1
- * when it falls outside the memref. */
-static int64_t box_offset(Interp *in, const Op *op, const Tensor *mem, const Tensor *tile, int first_index,
-                          int64_t e) {
+/* A box of a memref at the op's indices (tile.load, tile.store): the base
+ * coordinates, read once, and which memref dimension each tile axis walks. */
+typedef struct Box {
+    const Tensor *mem, *tile;
+    int64_t base[MAX_RANK];
+    int axis_dim[MAX_RANK];
+} Box;
+
+static void box_init(Interp *in, const Op *op, const Tensor *mem, const Tensor *tile, int first_index, Box *b) {
     Attr *dims = op_attr(op, "dims");
-    int64_t coord[MAX_RANK], t[MAX_RANK];
-    for (int d = tile->rank - 1; d >= 0; d--) {
-        t[d] = e % tile->dims[d];
-        e /= tile->dims[d];
-    }
+    b->mem = mem;
+    b->tile = tile;
     for (int d = 0; d < mem->rank; d++)
-        coord[d] = index_operand(in, op, first_index + d);
+        b->base[d] = index_operand(in, op, first_index + d);
     for (int a = 0; a < tile->rank; a++)
-        if (dims->elems[a]->i >= 0)
-            coord[dims->elems[a]->i] += t[a];
+        b->axis_dim[a] = (int)dims->elems[a]->i;
+}
+
+/* The memref offset of tile element `e`; -1 when it falls outside the memref. */
+static int64_t box_offset(const Box *b, int64_t e) {
+    int64_t coord[MAX_RANK];
+    memcpy(coord, b->base, sizeof(int64_t) * (size_t)b->mem->rank);
+    for (int a = b->tile->rank - 1; a >= 0; a--) {
+        int64_t t = e % b->tile->dims[a];
+        e /= b->tile->dims[a];
+        if (b->axis_dim[a] >= 0)
+            coord[b->axis_dim[a]] += t;
+    }
     int64_t off = 0;
-    for (int d = 0; d < mem->rank; d++) {
-        if (coord[d] < 0 || coord[d] >= mem->dims[d])
+    for (int d = 0; d < b->mem->rank; d++) {
+        if (coord[d] < 0 || coord[d] >= b->mem->dims[d])
             return -1;
-        off = off * mem->dims[d] + coord[d];
+        off = off * b->mem->dims[d] + coord[d];
     }
     return off;
 }
@@ -716,8 +726,10 @@ static bool eval_load(Interp *in, const Op *op) {
         return false;
     Attr *pad = op_attr(op, "pad");
     double fill = pad ? (pad->kind == AT_FLOAT ? pad->f : (double)pad->i) : 0;
+    Box box;
+    box_init(in, op, mem, r, 1, &box);
     for (int64_t e = 0; e < r->size; e++) {
-        int64_t off = box_offset(in, op, mem, r, 1, e);
+        int64_t off = box_offset(&box, e);
         r->data[e] = off < 0 ? fill : mem->data[off];
     }
     return set_result(in, op, r);
@@ -725,8 +737,10 @@ static bool eval_load(Interp *in, const Op *op) {
 
 static bool eval_store(Interp *in, const Op *op) {
     Tensor *mem = get(in, op->operands[0]), *t = get(in, op->operands[1]);
+    Box box;
+    box_init(in, op, mem, t, 2, &box);
     for (int64_t e = 0; e < t->size; e++) {
-        int64_t off = box_offset(in, op, mem, t, 2, e);
+        int64_t off = box_offset(&box, e);
         if (off >= 0)
             mem->data[off] = store(in, mem->dtype, t->data[e]);
     }
