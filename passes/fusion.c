@@ -323,44 +323,46 @@ static void fuse_gemm(Fuser *f, Op *first, Chain *c) {
 
 /* ---- the pass ---------------------------------------------------------------- */
 
+/* One fusion of each kind: true when it changed the function. */
+static bool fuse_one_attention(Fuser *f, Block *body) {
+    for_each_op(op, body) {
+        AttnMatch m;
+        if (op->kind == OP_SOFTMAX && match_attention(f, body, op, &m)) {
+            fuse_attention(f, body, &m);
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool fuse_one_gemm(Fuser *f, Block *body) {
+    for_each_op(op, body) {
+        if (!is_weight_matmul(op))
+            continue;
+        Chain c;
+        grow_chain(f, body, op, &c);
+        fuse_gemm(f, op, &c);
+        return true;
+    }
+    return false;
+}
+
+/* Fuses until nothing more matches; uses are recounted and the dead ops
+ * removed after each fusion, since each one changes both. */
+static void fixpoint(Fuser *f, bool (*fuse_one)(Fuser *, Block *)) {
+    PassContext ctx = {.arena = f->a};
+    for (;;) {
+        map_init(&f->uses, false);
+        count_uses(f->func, &f->uses, f->a);
+        if (!fuse_one(f, op_body(f->func)))
+            return;
+        pass_dce(f->func, &ctx);
+    }
+}
+
 static void fuse_func(Fuser *f) {
-    Block *body = op_body(f->func);
-    /* attention first: its matmuls are not GEMM epilogues */
-    for (bool changed = true; changed;) {
-        changed = false;
-        map_init(&f->uses, false);
-        count_uses(f->func, &f->uses, f->a);
-        for_each_op(op, body) {
-            AttnMatch m;
-            if (op->kind == OP_SOFTMAX && match_attention(f, body, op, &m)) {
-                fuse_attention(f, body, &m);
-                changed = true;
-                break;
-            }
-        }
-        if (changed) {
-            PassContext ctx = {.arena = f->a};
-            pass_dce(f->func, &ctx);
-        }
-    }
-    for (bool changed = true; changed;) {
-        changed = false;
-        map_init(&f->uses, false);
-        count_uses(f->func, &f->uses, f->a);
-        for_each_op(op, body) {
-            if (!is_weight_matmul(op))
-                continue;
-            Chain c;
-            grow_chain(f, body, op, &c);
-            fuse_gemm(f, op, &c);
-            changed = true;
-            break;
-        }
-        if (changed) {
-            PassContext ctx = {.arena = f->a};
-            pass_dce(f->func, &ctx);
-        }
-    }
+    fixpoint(f, fuse_one_attention);   /* first: its matmuls are not GEMM epilogues */
+    fixpoint(f, fuse_one_gemm);
 }
 
 bool pass_fusion(Op *module, PassContext *ctx) {
