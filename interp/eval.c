@@ -20,13 +20,12 @@ static bool fail(Interp *in, const Op *op, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (op && op->loc.file) {
-        Source s = {.name = op->loc.file};
-        diag_error(in->diag, &s, (Loc){op->loc.line, op->loc.col, op->loc.line, op->loc.col},
-                   "while running '%s': %s", op_info[op->kind].name, msg);
-    } else {
-        diag_plain(in->diag, "while running '%s': %s", op ? op_info[op->kind].name : "?", msg);
-    }
+    char full[600];
+    snprintf(full, sizeof full, "while running '%s': %s", op ? op_info[op->kind].name : "?", msg);
+    if (op)
+        op_diag(in->diag, NULL, op, full);
+    else
+        diag_plain(in->diag, "%s", full);
     in->failed = true;
     return false;
 }

@@ -24,16 +24,22 @@ static void op_error(Verifier *v, const Op *op, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     v->errors++;
-    if (v->text && op->text_loc.line) {
-        diag_error(v->diag, v->text, op->text_loc, "'%s' op %s", op_info[op->kind].name, msg);
+    char full[600];
+    snprintf(full, sizeof full, "'%s' op %s", op_info[op->kind].name, msg);
+    op_diag(v->diag, v->text, op, full);
+}
+
+void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) {
+    if (text && op->text_loc.line) {
+        diag_error(d, text, op->text_loc, "%s", msg);
     } else if (op->loc.file) {
         Source s = {.name = op->loc.file};
-        if (v->text && v->text->name && strcmp(v->text->name, op->loc.file) == 0)
-            s = *v->text;
+        if (text && text->name && strcmp(text->name, op->loc.file) == 0)
+            s = *text;
         Loc l = {op->loc.line, op->loc.col, op->loc.line, op->loc.col};
-        diag_error(v->diag, &s, l, "'%s' op %s", op_info[op->kind].name, msg);
+        diag_error(d, &s, l, "%s", msg);
     } else {
-        diag_plain(v->diag, "'%s' op %s", op_info[op->kind].name, msg);
+        diag_plain(d, "%s", msg);
     }
 }
 
