@@ -5,6 +5,7 @@
  *
  * The pipeline, top to bottom: read → parse → check and lower → verify → print.
  */
+#include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "passes/passes.h"
@@ -20,16 +21,18 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  -emit=ast           print the syntax tree\n"
-    "  -emit=ir            print the attn-level IR (the default for now)\n"
+    "  -emit=ir            print the attn-level IR (the default without -arch)\n"
     "  -emit=tile          print the tile-level IR after the target's pipeline\n"
-    "  -arch TARGET        sm_70, sm_80 (default) or sm_90a (for -emit=tile)\n"
+    "  -emit=llvm          print the LLVM IR of the kernels (after O3)\n"
+    "  -emit=ptx           write PTX with its manifest (the default with -arch)\n"
+    "  -arch TARGET        sm_70, sm_80 (default) or sm_90a; PTX: sm_70 so far\n"
     "  -o FILE             write the output to FILE (default: standard output)\n"
     "  -print-loc          print each op's source location in the IR\n"
     "  -split-input-file   compile each '# -----'-separated chunk on its own\n"
     "  --help              print this help\n"
     "  --version           print the version\n";
 
-typedef enum Emit { EMIT_AST, EMIT_IR, EMIT_TILE } Emit;
+typedef enum Emit { EMIT_DEFAULT, EMIT_AST, EMIT_IR, EMIT_TILE, EMIT_LLVM, EMIT_PTX } Emit;
 
 typedef struct Options {
     const char *input, *output, *arch;
@@ -39,7 +42,7 @@ typedef struct Options {
 
 /* Returns 0 to go on, or the exit status to stop with. */
 static int parse_args(int argc, char **argv, Options *o, Diag *d) {
-    bool bad = false;
+    bool bad = false, arch_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-help") == 0 || strcmp(arg, "-h") == 0) {
@@ -55,13 +58,18 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
                 o->emit = EMIT_IR;
             else if (strcmp(val, "tile") == 0)
                 o->emit = EMIT_TILE;
+            else if (strcmp(val, "llvm") == 0)
+                o->emit = EMIT_LLVM;
+            else if (strcmp(val, "ptx") == 0)
+                o->emit = EMIT_PTX;
             else {
-                diag_plain(d, "unknown -emit kind '%s' (expected ast, ir or tile)", val);
+                diag_plain(d, "unknown -emit kind '%s' (expected ast, ir, tile, llvm or ptx)", val);
                 return 1;
             }
         } else if (tool_arch_arg(d, argc, argv, &i, &o->arch, &bad)) {
             if (bad)
                 return 1;
+            arch_given = true;
         } else if (strcmp(arg, "-print-loc") == 0) {
             o->print_loc = true;
         } else if (strcmp(arg, "-split-input-file") == 0) {
@@ -72,6 +80,13 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
     }
     if (!tool_have_input(d, o->input))
         return 1;
+    /* like clang: naming a target means "compile for it" */
+    if (o->emit == EMIT_DEFAULT)
+        o->emit = arch_given ? EMIT_PTX : EMIT_IR;
+    if ((o->emit == EMIT_PTX || o->emit == EMIT_LLVM) && !codegen_supports(o->arch)) {
+        diag_plain(d, "no code generator for target '%s' yet (-emit=ptx and -emit=llvm support: sm_70)", o->arch);
+        return 1;
+    }
     return 0;
 }
 
@@ -92,10 +107,18 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
         diag_plain(d, "internal error: the frontend produced invalid IR");
         return false;
     }
-    if (o->emit == EMIT_TILE) {
+    if (o->emit != EMIT_IR) {
         PassContext ctx = {.arena = a, .diag = d};
         if (!run_pipeline(module, o->arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}))
             return false;
+    }
+    if (o->emit == EMIT_PTX || o->emit == EMIT_LLVM) {
+        char *text;
+        size_t len;
+        if (!codegen_module(a, d, module, o->arch, o->emit == EMIT_LLVM ? CG_EMIT_LLVM : CG_EMIT_PTX, &text, &len))
+            return false;
+        fwrite(text, 1, len, out);
+        return true;
     }
     ir_print(out, module, (PrintOptions){.locations = o->print_loc});
     return true;
@@ -219,7 +242,7 @@ int main(int argc, char **argv) {
     diag_init(&d, stderr);
     if (argc > 1 && strcmp(argv[1], "run") == 0)
         return run_main(argc, argv, &d);
-    Options o = {.emit = EMIT_IR, .arch = "sm_80"};
+    Options o = {.emit = EMIT_DEFAULT, .arch = "sm_80"};
     int status = parse_args(argc, argv, &o, &d);
     if (status)
         return status < 0 ? 0 : status;

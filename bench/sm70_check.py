@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""sm70_check.py — attnc's sm_70 kernels on a GPU, against float64 PyTorch.
+
+    python3 bench/sm70_check.py --kit KIT --out DIR [--quick]
+
+KIT holds attnc (statically linked), libattnrt.so and attnc-embed. On an
+H200 the driver JIT-compiles the sm_70 PTX: right for correctness, not for
+speed. For every case the inputs are fresh random numbers, the outputs are
+poisoned with NaN before the run, and the error is the max |attnc - float64|.
+
+  FP32-ACC   the FlashAttention rule: err <= 2 * err(torch, same precision) + 1e-5
+  FP16-ACC   err <= 2 * err(torch, same precision) + 1e-5 + fp16acc_slack(K)
+             (doc/codegen.md: f16 accumulation of K-term dot products)
+
+"torch, same precision" is the same block in eager PyTorch on the f16 inputs
+(matmuls in f16 with cuBLAS' f32 accumulation, softmax in f32, P in f16).
+Prints one line per case, a table last, and writes the log under DIR.
+"""
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import attnc  # noqa: E402
+
+U16 = 2.0 ** -11   # unit roundoff of f16
+
+
+def fp16acc_slack(k_terms):
+    """Error added by accumulating k_terms products in f16 (m8n8k4: 4 per step),
+    relative to values of size ~1: sqrt(k/4) roundings of half an ulp each,
+    times 4 for the tail (a probabilistic bound, Higham §3.2 / Connolly-Higham)."""
+    return 4 * U16 * math.sqrt(max(1, k_terms) / 4)
+
+
+# ---- .attn sources --------------------------------------------------------------
+
+def attention_src(name, H, HKV, D, acc, mask, score, cross, lse=True):
+    nq, nk = ("NQ", "NK") if cross else ("N", "N")
+    outs = f"o: f16[B, {H}, {nq}, {D}]" + (f", lse: f32[B, {H}, {nq}]" if lse else "")
+    body = f"  acc {acc};\n"
+    if score:
+        body += f"  score(s, b, h, i, j) = {score};\n"
+    if mask:
+        body += f"  mask(b, h, i, j) = {mask};\n"
+    return (f"attention {name}(q: f16[B, {H}, {nq}, {D}], k: f16[B, {HKV}, {nk}, {D}], "
+            f"v: f16[B, {HKV}, {nk}, {D}]) -> ({outs}) {{\n{body}}}\n")
+
+
+def shrink_consts(text, consts):
+    for k, v in consts.items():
+        text = re.sub(rf"const {k} = [^;]*;", f"const {k} = {v};", text)
+    return text
+
+
+# ---- references -----------------------------------------------------------------
+
+def attention_ref(q, k, v, scale, mask_fn, score_fn, dtype):
+    """Attention in `dtype` (float64: the reference) or the same-precision
+    eager form (dtype=None: f16 matmuls, f32 softmax)."""
+    B, H, NQ, D = q.shape
+    HKV = k.shape[1]
+    rep = H // HKV
+    k = k.repeat_interleave(rep, dim=1)
+    v = v.repeat_interleave(rep, dim=1)
+    if dtype is None:
+        s = (q @ k.transpose(-1, -2)).float()
+    else:
+        s = q.to(dtype) @ k.to(dtype).transpose(-1, -2)
+    s = s * scale
+    NK = k.shape[2]
+    i = torch.arange(NQ, device=q.device).view(1, 1, NQ, 1)
+    j = torch.arange(NK, device=q.device).view(1, 1, 1, NK)
+    h = torch.arange(H, device=q.device).view(1, H, 1, 1)
+    if score_fn:
+        s = score_fn(s, h, i, j)
+    if mask_fn:
+        s = s.masked_fill(~mask_fn(h, i, j), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    if dtype is None:
+        o = (p.half() @ v).float()
+    else:
+        o = p @ v.to(dtype)
+    rowdead = torch.isinf(lse) & (lse < 0)
+    o = o.masked_fill(rowdead.unsqueeze(-1), 0.0)
+    return o.double(), lse.double()
+
+
+def max_err(x, ref):
+    x, ref = x.double(), ref.double()
+    both_inf = torch.isinf(ref) & (x == ref)
+    d = (x - ref).abs().masked_fill(both_inf, 0.0)
+    return float(d.nan_to_num(float("inf")).max()) if d.numel() else 0.0
+
+
+# ---- the cases ------------------------------------------------------------------
+
+class Report:
+    def __init__(self, log):
+        self.rows = []
+        self.log = log
+
+    def add(self, name, shape, err, ref_err, bound, extra=""):
+        ok = err <= bound
+        self.rows.append((name, shape, err, ref_err, bound, ok, extra))
+        line = (f"{'ok  ' if ok else 'FAIL'} {name:34s} {shape:28s} err {err:.3e}  torch-f16 {ref_err:.3e}  "
+                f"bound {bound:.3e} {extra}")
+        print(line, flush=True)
+        self.log.write(line + "\n")
+        return ok
+
+
+def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, score_fn, cross, extra_inputs=(),
+                  lse=True):
+    g = torch.Generator(device="cuda").manual_seed(hash((name, NQ, NK)) & 0xffffffff)
+    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).half()
+    k = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).half()
+    v = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).half()
+    o = torch.full((B, H, NQ, D), float("nan"), device="cuda", dtype=torch.half)
+    outs = [o]
+    if lse:
+        outs.append(torch.full((B, H, NQ), float("nan"), device="cuda", dtype=torch.float32))
+    mod.run(block, q, k, v, *extra_inputs, out=outs)
+    torch.cuda.synchronize()
+    o64, lse64 = attention_ref(q, k, v, scale, mask_fn, score_fn, torch.float64)
+    o16, lse16 = attention_ref(q, k, v, scale, mask_fn, score_fn, None)
+    ref_err = max_err(o16, o64)
+    bound = 2 * ref_err + 1e-5
+    if acc == "f16":
+        bound += fp16acc_slack(max(NK, D))
+    shape = f"B{B} H{H}/{HKV} N{NQ}x{NK} D{D}"
+    ok = rep.add(f"{name} o", shape, max_err(o, o64), ref_err, bound, f"acc {acc}")
+    if lse:
+        lref = max_err(lse16, lse64)
+        lb = 2 * lref + 1e-5 + (fp16acc_slack(max(NK, D)) if acc == "f16" else 0)
+        ok &= rep.add(f"{name} lse", shape, max_err(outs[1], lse64), lref, lb, f"acc {acc}")
+    return ok
+
+
+def causal(h, i, j):
+    return j <= i
+
+
+def attention_cases(rep, kit, tmp, quick):
+    Ns = [1, 17, 113, 128, 1000, 2049] + ([] if quick else [4096])
+    for D in (64, 128):
+        for acc in ("f32", "f16"):
+            for is_causal in (False, True):
+                name = f"mha_d{D}_{acc}{'_causal' if is_causal else ''}"
+                src = attention_src(name, 4, 4, D, acc, "j <= i" if is_causal else None, None, False)
+                mod = compile_src(kit, tmp, name, src)
+                for N in Ns:
+                    run_attention(rep, mod, name, name, 2, 4, 4, N, N, D, acc, 1 / math.sqrt(D),
+                                  causal if is_causal else None, None, False)
+    # GQA, causal, both accumulators
+    for acc in ("f32", "f16"):
+        name = f"gqa_d128_{acc}_causal"
+        mod = compile_src(kit, tmp, name, attention_src(name, 8, 2, 128, acc, "j <= i", None, False))
+        for N in Ns:
+            run_attention(rep, mod, name, name, 2, 8, 2, N, N, 128, acc, 1 / math.sqrt(128), causal, None, False)
+    # cross-attention, NQ != NK, causal (top-left aligned, as the DSL reads) and not
+    for is_causal in (False, True):
+        name = f"cross_d64{'_causal' if is_causal else ''}"
+        mod = compile_src(kit, tmp, name, attention_src(name, 4, 4, 64, "f32", "j <= i" if is_causal else None,
+                                                       None, True))
+        for NQ, NK in ((17, 1000), (1000, 113), (2049, 128), (1, 4096)):
+            run_attention(rep, mod, name, name, 2, 4, 4, NQ, NK, 64, "f32", 1 / 8, causal if is_causal else None,
+                          None, True)
+    # softcap + ALiBi with a slopes tensor (examples/softcap_alibi.attn: FP16-ACC, causal)
+    mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "softcap_alibi.attn"))
+    H = 4
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
+    def score(s, h, i, j):
+        return 30 * torch.tanh(s / 30) + slopes.to(s.dtype)[h] * (j - i)
+    for N in Ns:
+        run_attention(rep, mod, "softcap_alibi", "softcap_alibi", 2, H, H, N, N, 128, "f16", 1 / math.sqrt(128),
+                      causal, score, False, extra_inputs=(slopes,), lse=False)
+    # every attention example as written, at one ragged size
+    for ex, H, HKV, D, lse_out in (("mha", 16, 16, 64, False), ("gqa_causal", 32, 8, 128, True)):
+        mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", ex + ".attn"))
+        run_attention(rep, mod, ex, "example " + ex, 1, H, HKV, 1000, 1000, D, "f32", 1 / math.sqrt(D),
+                      causal if ex == "gqa_causal" else None, None, False, lse=lse_out)
+
+
+def mlp_cases(rep, kit, tmp, quick):
+    Ts = [1, 17, 113, 128, 1000] + ([] if quick else [2049])
+    g = torch.Generator(device="cuda").manual_seed(7)
+
+    def rnd(*shape, scale=1.0):
+        return ((torch.rand(*shape, device="cuda", generator=g) * 2 - 1) * scale).half()
+
+    def check(name, mod, block, inputs, outs, ref_fn, acc, kterms):
+        o = [torch.full(s, float("nan"), device="cuda", dtype=torch.half) for s in outs]
+        mod.run(block, *inputs, out=o)
+        torch.cuda.synchronize()
+        r64 = ref_fn([x.double() for x in inputs])
+        r16 = ref_fn(list(inputs))
+        for i, (got, a, b) in enumerate(zip(o, r64, r16)):
+            ref_err = max_err(b, a)
+            bound = 2 * ref_err + 1e-5 + (fp16acc_slack(kterms) * float(a.abs().max()) if acc == "f16" else 0)
+            rep.add(f"{name} out{i}", f"{tuple(got.shape)}", max_err(got, a), ref_err, bound, f"acc {acc}")
+
+    silu = torch.nn.functional.silu
+    gelu = torch.nn.functional.gelu
+    DIM, FF = 256, 512
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read(), {"DIM": DIM, "FF": FF})
+    mod = compile_src(kit, tmp, "swiglu_small", src)
+    for T in Ts:
+        x, wg, wu, wd = rnd(T, DIM), rnd(DIM, FF, scale=DIM ** -0.5), rnd(DIM, FF, scale=DIM ** -0.5), \
+            rnd(FF, DIM, scale=FF ** -0.5)
+        check("swiglu_mlp", mod, "swiglu", [x, wg, wu, wd], [(T, DIM)],
+              lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
+    HID, FF = 256, 384
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "geglu_bias_mlp.attn")).read(), {"HIDDEN": HID, "FF": FF})
+    mod = compile_src(kit, tmp, "geglu_small", src)
+    for T in Ts:
+        x, wg, bg, wu, wd, bd = rnd(T, HID), rnd(HID, FF, scale=HID ** -0.5), rnd(FF), rnd(HID, FF, scale=HID ** -0.5), \
+            rnd(FF, HID, scale=FF ** -0.5), rnd(HID)
+
+        def ref(a):
+            act = gelu(a[0] @ a[1] + a[2]) * (a[0] @ a[3])
+            return [act @ a[4] + a[5], act]
+        check("geglu_bias_mlp", mod, "geglu", [x, wg, bg, wu, wd, bd], [(T, HID), (T, FF)], ref, "f16", max(HID, FF))
+    DIM, FF = 256, 512
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "decoder_layer.attn")).read(),
+                        {"DIM": DIM, "FF": FF, "HEADS": 4, "KV_HEADS": 2})
+    mod = compile_src(kit, tmp, "decoder_small", src)
+    for T in Ts[:4]:
+        x, at, wo, nw = rnd(T, DIM), rnd(T, DIM), rnd(DIM, DIM, scale=DIM ** -0.5), rnd(DIM)
+        wg, wu, wd = rnd(DIM, FF, scale=DIM ** -0.5), rnd(DIM, FF, scale=DIM ** -0.5), rnd(FF, DIM, scale=FF ** -0.5)
+
+        def ref(a):
+            h = a[0] + a[1] @ a[2]
+            hn = h * torch.rsqrt((h.float() * h.float()).mean(-1, keepdim=True) + 1e-5).to(h.dtype) * a[3]
+            return [h + (silu(hn @ a[4]) * (hn @ a[5])) @ a[6]]
+        check("decoder_layer post_attn", mod, "post_attn", [x, at, wo, nw, wg, wu, wd], [(T, DIM)], ref, "f32", FF)
+    for N in ([17, 1000] if quick else [17, 1000, 2049]):
+        run_attention(rep, mod, "self_attn", "decoder_layer self_attn", 2, 4, 2, N, N, DIM // 4, "f32",
+                      1 / math.sqrt(DIM // 4), causal, None, False)
+
+
+# ---- compiling ------------------------------------------------------------------
+
+def compile_src(kit, tmp, name, src):
+    path = os.path.join(tmp, name + ".attn")
+    with open(path, "w") as f:
+        f.write(src)
+    return compile_file(kit, tmp, path)
+
+
+def compile_file(kit, tmp, path):
+    out = os.path.join(tmp, os.path.basename(path).replace(".attn", ".ptx"))
+    return attnc.compile(path, arch="sm_70", output=out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kit", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["attention", "mlp", "sanitize"], default=None)
+    args = ap.parse_args()
+    os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
+    os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
+    os.makedirs(args.out, exist_ok=True)
+    tmp = "/tmp/attnc-sm70-check"
+    os.makedirs(tmp, exist_ok=True)
+    log = open(os.path.join(args.out, "sm70_check.log"), "w")
+    rep = Report(log)
+    t0 = time.time()
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    if args.only in (None, "attention"):
+        attention_cases(rep, args.kit, tmp, args.quick)
+    if args.only in (None, "mlp"):
+        mlp_cases(rep, args.kit, tmp, args.quick)
+    if args.only == "sanitize":   # small cases for compute-sanitizer
+        name = "san_causal"
+        mod = compile_src(args.kit, tmp, name, attention_src(name, 2, 1, 64, "f16", "j <= i", None, False))
+        run_attention(rep, mod, name, name, 1, 2, 1, 17, 17, 64, "f16", 1 / 8, causal, None, False)
+        mod = compile_src(args.kit, tmp, "san_cross", attention_src("san_cross", 2, 2, 128, "f32", None, None, True))
+        run_attention(rep, mod, "san_cross", "san_cross", 1, 2, 2, 5, 70, 128, "f32", 128 ** -0.5, None, None, True)
+    bad = [r for r in rep.rows if not r[5]]
+    summary = (f"\n{len(rep.rows)} checks, {len(bad)} failed, {time.time() - t0:.0f} s\n" +
+               "\n".join(f"FAIL {r[0]} {r[1]}: err {r[2]:.3e} > bound {r[4]:.3e}" for r in bad))
+    print(summary)
+    log.write(summary + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+/* cg.h — what the pieces of codegen/ share (internal). */
+#ifndef ATTNC_CG_H
+#define ATTNC_CG_H
+
+#include <llvm-c/Core.h>
+
+#include "codegen/codegen.h"
+
+/* One kernel to emit: a tile.launch, the name it gets, and its parameters:
+ * the launch's memrefs (as pointers), then every symbolic dim of the block
+ * (as i64), in the order `dims` lists them. */
+typedef struct KernelSpec {
+    const Op *launch;
+    const char *name;
+    int ndims;
+    const char **dims;
+} KernelSpec;
+
+/* What the emitter found out, for the manifest. */
+typedef struct KernelInfo {
+    int threads;         /* per block */
+    int64_t smem_bytes;  /* dynamic shared memory */
+} KernelInfo;
+
+/* Adds the kernel to mod; false with a diagnostic if it cannot be lowered. */
+bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
+                      KernelInfo *info);
+
+/* Runs O3 on mod and prints it as PTX for arch (or, llvm_ir, as LLVM IR). */
+bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_ir, char **text, size_t *len);
+
+#endif

@@ -1,0 +1,206 @@
+/* codegen.c — the driver: a kernel per tile.launch, and the manifest.
+ *
+ * The host side of a block (the ops of its func outside the launches: dims,
+ * index arithmetic for the grids) is not compiled; it is written into the
+ * manifest, which the runtime reads: which tensors a block takes and gives
+ * back, which temporaries it needs, and per kernel its grid as expressions of
+ * the dims, threads, shared memory and arguments. The manifest heads the PTX
+ * as comment lines, so one file carries both (doc/codegen.md).
+ */
+#include <string.h>
+
+#include "codegen/cg.h"
+
+/* Buffer names: func args are the inputs, launch results the outputs (when
+ * returned) or temporaries. */
+typedef struct Names {
+    Map of;   /* Value* -> const char* */
+    int ntemps;
+} Names;
+
+static bool host_expr(Diag *d, StrBuf *sb, const Value *v) {
+    const Op *op = v->def;
+    if (!op) {
+        diag_plain(d, "codegen: a grid size depends on a block argument");
+        return false;
+    }
+    const char *bin = NULL;
+    switch (op->kind) {
+    case OP_CONSTANT: fprintf(sb->f, "%lld", (long long)op_attr(op, "value")->i); return true;
+    case OP_DIM: fprintf(sb->f, "%s", op_attr(op, "name")->s); return true;
+    case OP_ADD: bin = "+"; break;
+    case OP_SUB: bin = "-"; break;
+    case OP_MUL: bin = "*"; break;
+    case OP_FLOORDIV: bin = "/"; break;
+    case OP_REM: bin = "%"; break;
+    case OP_MIN: case OP_MAX:
+        fprintf(sb->f, "%s(", op->kind == OP_MIN ? "min" : "max");
+        if (!host_expr(d, sb, op->operands[0]))
+            return false;
+        fputc(',', sb->f);
+        if (!host_expr(d, sb, op->operands[1]))
+            return false;
+        fputc(')', sb->f);
+        return true;
+    default:
+        op_diag(d, NULL, op, "codegen: a grid size must be index arithmetic on the dims");
+        return false;
+    }
+    fputc('(', sb->f);
+    if (!host_expr(d, sb, op->operands[0]))
+        return false;
+    fputs(bin, sb->f);
+    if (!host_expr(d, sb, op->operands[1]))
+        return false;
+    fputc(')', sb->f);
+    return true;
+}
+
+static void add_dims(Arena *a, const Type *t, PtrVec *dims) {
+    for (int i = 0; i < t->rank; i++) {
+        if (!t->dims[i].sym)
+            continue;
+        bool seen = false;
+        for (int j = 0; j < dims->len; j++)
+            seen |= strcmp(dims->items[j], t->dims[i].sym) == 0;
+        if (!seen)
+            vec_push(a, dims, (void *)t->dims[i].sym);
+    }
+}
+
+static void print_shape(FILE *f, const Type *t) {
+    fprintf(f, " %s ", scalar_name(t->elem));
+    if (t->rank == 0)
+        fputs("-", f);
+    for (int i = 0; i < t->rank; i++) {
+        if (i)
+            fputc(',', f);
+        if (t->dims[i].sym)
+            fputs(t->dims[i].sym, f);
+        else
+            fprintf(f, "%lld", (long long)t->dims[i].size);
+    }
+}
+
+/* One block (func): its kernels into mod, its manifest lines into man. */
+static bool block(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func, FILE *man) {
+    const char *name = op_attr(func, "sym_name")->s;
+    Attr *ins = op_attr(func, "inputs"), *outs = op_attr(func, "outputs"), *kind = op_attr(func, "kind");
+    Block *body = op_body(func);
+    Names nm;
+    map_init(&nm.of, false);
+    nm.ntemps = 0;
+    PtrVec dims = {0};
+    for (int i = 0; i < body->nargs; i++) {
+        map_put(a, &nm.of, body->args[i], (void *)ins->elems[i]->s);
+        add_dims(a, body->args[i]->type, &dims);
+    }
+    const Op *ret = NULL;
+    for_each_op(op, body) if (op->kind == OP_RETURN) ret = op;
+    fprintf(man, "// block %s %s\n// dims", name, kind ? kind->s : "-");
+    for (int i = 0; i < dims.len; i++)
+        fprintf(man, " %s", (const char *)dims.items[i]);
+    fprintf(man, "\n");
+    for (int i = 0; i < body->nargs; i++) {
+        fprintf(man, "// tensor in %s", ins->elems[i]->s);
+        print_shape(man, body->args[i]->type);
+        fputc('\n', man);
+    }
+    for (int i = 0; ret && i < ret->noperands; i++) {
+        fprintf(man, "// tensor out %s", outs->elems[i]->s);
+        print_shape(man, ret->operands[i]->type);
+        fputc('\n', man);
+    }
+    int nkern = 0;
+    for_each_op(op, body) {
+        switch (op->kind) {
+        case OP_CONSTANT: case OP_DIM: case OP_ADD: case OP_SUB: case OP_MUL: case OP_FLOORDIV:
+        case OP_REM: case OP_MIN: case OP_MAX: case OP_RETURN:
+            continue;   /* host arithmetic: read through host_expr */
+        case OP_LAUNCH: break;
+        default:
+            op_diag(d, NULL, op,
+                    arena_printf(a, "codegen: '%s' is left outside a kernel; only tiled blocks can be compiled",
+                                 op_info[op->kind].name));
+            return false;
+        }
+        /* name the launch's results */
+        for (int r = 0; r < op->nresults; r++) {
+            const char *bn = NULL;
+            for (int i = 0; ret && i < ret->noperands; i++)
+                if (ret->operands[i] == op->results[r])
+                    bn = outs->elems[i]->s;
+            if (!bn) {
+                bn = arena_printf(a, "tmp%d", nm.ntemps++);
+                fprintf(man, "// tensor tmp %s", bn);
+                print_shape(man, op->results[r]->type);
+                fputc('\n', man);
+            }
+            map_put(a, &nm.of, op->results[r], (void *)bn);
+        }
+        KernelSpec k = {.launch = op, .name = arena_printf(a, "%s_k%d", name, nkern++), .ndims = dims.len,
+                        .dims = (const char **)dims.items};
+        KernelInfo info = {0};
+        if (!sm70_emit_kernel(a, d, ctx, mod, &k, &info))
+            return false;
+        StrBuf grid;
+        strbuf_open(&grid);
+        for (int g = 0; g < 3; g++) {
+            if (g)
+                fputc(' ', grid.f);
+            if (!host_expr(d, &grid, op->operands[g])) {
+                strbuf_finish(&grid, a, NULL);
+                return false;
+            }
+        }
+        fprintf(man, "// kernel %s grid %s threads %d smem %lld args", k.name, strbuf_finish(&grid, a, NULL),
+                info.threads, (long long)info.smem_bytes);
+        for (int i = 3; i < op->noperands; i++)
+            fprintf(man, " %s", (const char *)map_get(&nm.of, op->operands[i]));
+        for (int r = 0; r < op->nresults; r++)
+            fprintf(man, " %s", (const char *)map_get(&nm.of, op->results[r]));
+        fputc('\n', man);
+    }
+    fprintf(man, "// end\n");
+    return true;
+}
+
+bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit emit, char **text,
+                    size_t *len) {
+    if (!codegen_supports(arch)) {
+        diag_plain(d, "no code generator for target '%s' yet (codegen targets: sm_70)", arch);
+        return false;
+    }
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("attnc", ctx);
+    StrBuf man;
+    strbuf_open(&man);
+    fprintf(man.f, "// attnc-manifest 1\n// target %s\n", arch);
+    bool ok = true;
+    for_each_op(func, op_body(module)) {
+        if (func->kind != OP_FUNC)
+            continue;
+        if (!(ok = block(a, d, ctx, mod, func, man.f)))
+            break;
+    }
+    size_t mlen;
+    char *manifest = strbuf_finish(&man, a, &mlen);
+    char *body = NULL;
+    size_t blen = 0;
+    if (ok)
+        ok = ptx_emit(a, d, mod, arch, emit == CG_EMIT_LLVM, &body, &blen);
+    LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
+    if (!ok)
+        return false;
+    if (emit == CG_EMIT_LLVM) {
+        *text = body;
+        *len = blen;
+        return true;
+    }
+    *len = mlen + blen;
+    *text = arena_alloc(a, *len + 1);
+    memcpy(*text, manifest, mlen);
+    memcpy(*text + mlen, body, blen);
+    return true;
+}

@@ -1,0 +1,90 @@
+/* ptx.c — LLVM's NVPTX backend: verify, O3, print PTX. */
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "codegen/cg.h"
+
+/* PTX ISA version per target: the oldest that has what we emit. */
+static const struct {
+    const char *arch, *features;
+} targets[] = {
+    {"sm_70", "+ptx64"},   /* mma.sync.aligned.m8n8k4 */
+};
+
+bool codegen_supports(const char *arch) {
+    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
+        if (strcmp(targets[i].arch, arch) == 0)
+            return true;
+    return false;
+}
+
+bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_ir, char **text, size_t *len) {
+    const char *features = NULL;
+    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
+        if (strcmp(targets[i].arch, arch) == 0)
+            features = targets[i].features;
+    if (!features) {
+        diag_plain(d, "no code generator for target '%s' yet (codegen targets: sm_70)", arch);
+        return false;
+    }
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    const char *triple = "nvptx64-nvidia-cuda";
+    char *msg = NULL;
+    LLVMTargetRef target;
+    if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
+        diag_plain(d, "LLVM has no NVPTX target: %s", msg);
+        LLVMDisposeMessage(msg);
+        return false;
+    }
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, arch, features, LLVMCodeGenLevelAggressive,
+                                                      LLVMRelocDefault, LLVMCodeModelDefault);
+    LLVMSetTarget(mod, triple);
+    LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(mod, dl);
+    LLVMDisposeTargetData(dl);
+    bool ok = false;
+    if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
+        diag_plain(d, "internal error: codegen made invalid LLVM IR:\n%s", msg);
+        goto done;
+    }
+    LLVMDisposeMessage(msg);
+    msg = NULL;
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
+    LLVMDisposePassBuilderOptions(po);
+    if (e) {
+        char *m = LLVMGetErrorMessage(e);
+        diag_plain(d, "internal error: LLVM's O3 pipeline failed: %s", m);
+        LLVMDisposeErrorMessage(m);
+        goto done;
+    }
+    if (llvm_ir) {
+        char *ir = LLVMPrintModuleToString(mod);
+        *len = strlen(ir);
+        *text = arena_strndup(a, ir, *len);
+        LLVMDisposeMessage(ir);
+        ok = true;
+        goto done;
+    }
+    LLVMMemoryBufferRef buf;
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMAssemblyFile, &msg, &buf)) {
+        diag_plain(d, "internal error: PTX emission failed: %s", msg);
+        goto done;
+    }
+    *len = LLVMGetBufferSize(buf);
+    *text = arena_strndup(a, LLVMGetBufferStart(buf), *len);
+    LLVMDisposeMemoryBuffer(buf);
+    ok = true;
+done:
+    if (msg)
+        LLVMDisposeMessage(msg);
+    LLVMDisposeTargetMachine(tm);
+    return ok;
+}

@@ -1,0 +1,647 @@
+/* attnrt.c — the runtime: manifest, argument checks, launches.
+ * The CUDA driver API is reached through cuda_loader.c (dlopen). */
+#include "runtime/attnrt.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda_loader.h"
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static _Thread_local char last_error[1024];
+
+const char *attnrt_last_error(void) { return last_error; }
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int attnrt_cuda_fail(int code, const char *what);   /* used by cuda_loader.c */
+int attnrt_cuda_fail(int code, const char *what) { return fail(ATTNRT_ERROR_CUDA, "%s", what), code; }
+
+/* ---- the manifest -------------------------------------------------------------- */
+
+enum { MAX_NAME = 64, MAX_DIMS = 16, MAX_TENSORS = 32, MAX_KERNELS = 32, MAX_ARGS = 32 };
+
+typedef struct Dim {
+    char sym[MAX_NAME];   /* "" for a number */
+    int64_t size;
+} Dim;
+
+typedef struct TensorSpec {
+    char name[MAX_NAME];
+    int role;             /* 0 in, 1 out, 2 temporary */
+    attnrt_dtype dtype;
+    int rank;
+    Dim dims[ATTNRT_MAX_RANK];
+} TensorSpec;
+
+typedef struct KernelSpec {
+    char name[128];
+    char grid[3][256];
+    int threads;
+    int64_t smem;
+    int nargs;
+    int args[MAX_ARGS];   /* tensor indices */
+    void *fn;             /* CUfunction, once loaded */
+} KernelSpec;
+
+typedef struct Block {
+    char name[MAX_NAME];
+    int ndims;
+    char dims[MAX_DIMS][MAX_NAME];
+    int ntensors;
+    TensorSpec tensors[MAX_TENSORS];
+    int nkernels;
+    KernelSpec kernels[MAX_KERNELS];
+    void *temp[MAX_TENSORS];      /* device buffers of temporaries */
+    size_t temp_bytes[MAX_TENSORS];
+} Block;
+
+struct attnrt_module {
+    char *ptx;
+    size_t len;
+    char target[16];
+    int nblocks;
+    Block *blocks;
+    void *cumod;   /* CUmodule, loaded on first run */
+};
+
+static int dtype_size(attnrt_dtype t) {
+    switch (t) {
+    case ATTNRT_F16: case ATTNRT_BF16: return 2;
+    case ATTNRT_I64: return 8;
+    default: return 4;
+    }
+}
+
+const char *attnrt_dtype_name(attnrt_dtype t) {
+    static const char *names[] = {"f16", "bf16", "f32", "i32", "i64"};
+    return (unsigned)t < 5 ? names[t] : "?";
+}
+
+static bool dtype_parse(const char *s, attnrt_dtype *t) {
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, attnrt_dtype_name((attnrt_dtype)i)) == 0) {
+            *t = (attnrt_dtype)i;
+            return true;
+        }
+    return false;
+}
+
+static int tensor_index(const Block *b, const char *name) {
+    for (int i = 0; i < b->ntensors; i++)
+        if (strcmp(b->tensors[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static bool parse_shape(char *s, TensorSpec *t) {
+    t->rank = 0;
+    if (strcmp(s, "-") == 0)
+        return true;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (t->rank == ATTNRT_MAX_RANK)
+            return false;
+        Dim *d = &t->dims[t->rank++];
+        char *end;
+        long long v = strtoll(tok, &end, 10);
+        if (*end == 0 && end != tok) {
+            d->sym[0] = 0;
+            d->size = v;
+        } else {
+            snprintf(d->sym, sizeof d->sym, "%s", tok);
+        }
+    }
+    return true;
+}
+
+/* Reads the manifest from the comment lines heading the PTX. */
+static int parse_manifest(attnrt_module *m) {
+    const char *p = m->ptx, *end = m->ptx + m->len;
+    int lineno = 0;
+    bool header = false;
+    Block *cur = NULL;
+    int cap = 0;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        char line[2048];
+        lineno++;
+        if (n >= sizeof line)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d is too long", lineno);
+        memcpy(line, p, n);
+        line[n] = 0;
+        p = nl ? nl + 1 : end;
+        if (strncmp(line, "// ", 3) != 0)
+            break;
+        char *words[64];
+        int nw = 0;
+        for (char *w = strtok(line + 3, " \t\r"); w && nw < 64; w = strtok(NULL, " \t\r"))
+            words[nw++] = w;
+        if (nw == 0)
+            continue;
+        if (!header) {
+            if (nw != 2 || strcmp(words[0], "attnc-manifest") != 0)
+                break;
+            if (strcmp(words[1], "1") != 0)
+                return fail(ATTNRT_ERROR_MANIFEST, "manifest version %s is not supported (this runtime reads 1)",
+                            words[1]);
+            header = true;
+            continue;
+        }
+        if (strcmp(words[0], "target") == 0 && nw == 2) {
+            snprintf(m->target, sizeof m->target, "%s", words[1]);
+        } else if (strcmp(words[0], "block") == 0 && nw >= 2) {
+            if (m->nblocks == cap) {
+                cap = cap ? cap * 2 : 4;
+                m->blocks = realloc(m->blocks, sizeof(Block) * (size_t)cap);
+            }
+            cur = &m->blocks[m->nblocks++];
+            memset(cur, 0, sizeof *cur);
+            snprintf(cur->name, sizeof cur->name, "%s", words[1]);
+        } else if (!cur) {
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: '%s' outside a block", lineno, words[0]);
+        } else if (strcmp(words[0], "dims") == 0) {
+            for (int i = 1; i < nw && cur->ndims < MAX_DIMS; i++)
+                snprintf(cur->dims[cur->ndims++], MAX_NAME, "%s", words[i]);
+        } else if (strcmp(words[0], "tensor") == 0 && nw == 5 && cur->ntensors < MAX_TENSORS) {
+            TensorSpec *t = &cur->tensors[cur->ntensors++];
+            t->role = strcmp(words[1], "in") == 0 ? 0 : strcmp(words[1], "out") == 0 ? 1 : 2;
+            snprintf(t->name, sizeof t->name, "%s", words[2]);
+            if (!dtype_parse(words[3], &t->dtype) || !parse_shape(words[4], t))
+                return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: bad tensor '%s'", lineno, words[2]);
+        } else if (strcmp(words[0], "kernel") == 0 && nw >= 11 && cur->nkernels < MAX_KERNELS) {
+            KernelSpec *k = &cur->kernels[cur->nkernels++];
+            snprintf(k->name, sizeof k->name, "%s", words[1]);
+            if (strcmp(words[2], "grid") || strcmp(words[6], "threads") || strcmp(words[8], "smem") ||
+                strcmp(words[10], "args"))
+                return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: malformed kernel line", lineno);
+            for (int g = 0; g < 3; g++)
+                snprintf(k->grid[g], sizeof k->grid[g], "%s", words[3 + g]);
+            k->threads = atoi(words[7]);
+            k->smem = atoll(words[9]);
+            for (int i = 11; i < nw && k->nargs < MAX_ARGS; i++) {
+                int t = tensor_index(cur, words[i]);
+                if (t < 0)
+                    return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, words[i]);
+                k->args[k->nargs++] = t;
+            }
+        } else if (strcmp(words[0], "end") == 0) {
+            cur = NULL;
+        } else {
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown entry '%s'", lineno, words[0]);
+        }
+    }
+    if (!header)
+        return fail(ATTNRT_ERROR_MANIFEST, "no attnc manifest at the head of the PTX (was it written by attnc?)");
+    if (m->nblocks == 0)
+        return fail(ATTNRT_ERROR_MANIFEST, "the manifest names no blocks");
+    return ATTNRT_OK;
+}
+
+int attnrt_load_data(const char *ptx, size_t len, attnrt_module **out) {
+    *out = NULL;
+    if (!ptx)
+        return fail(ATTNRT_ERROR_ARGUMENT, "ptx is NULL");
+    attnrt_module *m = calloc(1, sizeof *m);
+    m->ptx = malloc(len + 1);
+    memcpy(m->ptx, ptx, len);
+    m->ptx[len] = 0;
+    m->len = len;
+    int rc = parse_manifest(m);
+    if (rc) {
+        attnrt_unload(m);
+        return rc;
+    }
+    *out = m;
+    return ATTNRT_OK;
+}
+
+int attnrt_load_file(const char *path, attnrt_module **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(ATTNRT_ERROR_IO, "cannot open '%s'", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)(n > 0 ? n : 1));
+    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
+    fclose(f);
+    if (n < 0 || got != (size_t)n) {
+        free(buf);
+        return fail(ATTNRT_ERROR_IO, "cannot read '%s'", path);
+    }
+    int rc = attnrt_load_data(buf, got, out);
+    free(buf);
+    if (rc == ATTNRT_ERROR_MANIFEST) {
+        char msg[sizeof last_error];
+        memcpy(msg, last_error, sizeof msg);
+        fail(rc, "%.256s: %.700s", path, msg);
+    }
+    return rc;
+}
+
+void attnrt_unload(attnrt_module *m) {
+    if (!m)
+        return;
+    for (int b = 0; b < m->nblocks; b++)
+        for (int t = 0; t < MAX_TENSORS; t++)
+            if (m->blocks[b].temp[t])
+                cuda_free(m->blocks[b].temp[t]);
+    if (m->cumod)
+        cuda_module_unload(m->cumod);
+    free(m->blocks);
+    free(m->ptx);
+    free(m);
+}
+
+int attnrt_block_count(const attnrt_module *m) { return m ? m->nblocks : 0; }
+
+const char *attnrt_block_name(const attnrt_module *m, int i) {
+    return m && i >= 0 && i < m->nblocks ? m->blocks[i].name : NULL;
+}
+
+static Block *find_block(const attnrt_module *m, const char *name) {
+    if (!m) {
+        fail(ATTNRT_ERROR_ARGUMENT, "module is NULL");
+        return NULL;
+    }
+    for (int i = 0; i < m->nblocks; i++)
+        if (name && strcmp(m->blocks[i].name, name) == 0)
+            return &m->blocks[i];
+    char names[512] = "";
+    for (int i = 0; i < m->nblocks; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", m->blocks[i].name);
+    fail(ATTNRT_ERROR_ARGUMENT, "no block '%s' in this module (it has: %s)", name ? name : "(null)", names);
+    return NULL;
+}
+
+static int count_role(const Block *b, int role) {
+    int n = 0;
+    for (int i = 0; i < b->ntensors; i++)
+        n += b->tensors[i].role == role;
+    return n;
+}
+
+static const TensorSpec *nth_role(const Block *b, int role, int i) {
+    for (int t = 0; t < b->ntensors; t++)
+        if (b->tensors[t].role == role && i-- == 0)
+            return &b->tensors[t];
+    return NULL;
+}
+
+int attnrt_block_arity(const attnrt_module *m, const char *block, int *ninputs, int *noutputs) {
+    Block *b = find_block(m, block);
+    if (!b)
+        return ATTNRT_ERROR_ARGUMENT;
+    *ninputs = count_role(b, 0);
+    *noutputs = count_role(b, 1);
+    return ATTNRT_OK;
+}
+
+int attnrt_block_tensor(const attnrt_module *m, const char *block, int is_output, int i, const char **name,
+                        attnrt_dtype *dtype, int *rank, int64_t *shape) {
+    Block *b = find_block(m, block);
+    if (!b)
+        return ATTNRT_ERROR_ARGUMENT;
+    const TensorSpec *t = nth_role(b, is_output ? 1 : 0, i);
+    if (!t)
+        return fail(ATTNRT_ERROR_ARGUMENT, "block '%s' has no %s %d", block, is_output ? "output" : "input", i);
+    *name = t->name;
+    *dtype = t->dtype;
+    if (rank)
+        *rank = t->rank;
+    for (int d = 0; shape && d < t->rank; d++)
+        shape[d] = t->dims[d].sym[0] ? -1 : t->dims[d].size;
+    return ATTNRT_OK;
+}
+
+/* ---- checking tensors, binding dims ---------------------------------------------- */
+
+typedef struct Binding {
+    int n;
+    char names[MAX_DIMS][MAX_NAME];
+    int64_t values[MAX_DIMS];
+    const char *from[MAX_DIMS];   /* which tensor bound it */
+} Binding;
+
+static int64_t *lookup(Binding *bd, const char *name) {
+    for (int i = 0; i < bd->n; i++)
+        if (strcmp(bd->names[i], name) == 0)
+            return &bd->values[i];
+    return NULL;
+}
+
+static void shape_text(const TensorSpec *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "%s[", attnrt_dtype_name(t->dtype));
+    for (int i = 0; i < t->rank && k < n; i++) {
+        if (t->dims[i].sym[0])
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", t->dims[i].sym);
+        else
+            k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)t->dims[i].size);
+    }
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+}
+
+static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor *x, Binding *bd, bool bind) {
+    char want[256];
+    shape_text(s, want, sizeof want);
+    const char *kind = s->role == 0 ? "input" : "output";
+    if (!x)
+        return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s' is NULL (expected %s)", kind, s->name, b->name,
+                    want);
+    if (x->dtype != s->dtype)
+        return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s' has dtype %s; expected %s", kind, s->name,
+                    b->name, attnrt_dtype_name(x->dtype), want);
+    if (x->rank != s->rank)
+        return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s' has rank %d; expected %d (%s)", kind, s->name,
+                    b->name, x->rank, s->rank, want);
+    for (int i = 0; i < s->rank; i++) {
+        int64_t got = x->shape[i];
+        if (got <= 0)
+            return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': dimension %d is %lld; expected %s with sizes > 0",
+                        kind, s->name, b->name, i, (long long)got, want);
+        if (!s->dims[i].sym[0]) {
+            if (got != s->dims[i].size)
+                return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': dimension %d is %lld; expected %lld (%s)",
+                            kind, s->name, b->name, i, (long long)got, (long long)s->dims[i].size, want);
+            continue;
+        }
+        int64_t *v = lookup(bd, s->dims[i].sym);
+        if (v && *v != got) {
+            const char *from = bd->from[v - bd->values];
+            return fail(ATTNRT_ERROR_ARGUMENT,
+                        "%s '%s' of block '%s': dimension %d (%s) is %lld, but %s is %lld from '%s' (expected %s)", kind,
+                        s->name, b->name, i, s->dims[i].sym, (long long)got, s->dims[i].sym, (long long)*v, from, want);
+        }
+        if (!v) {
+            if (!bind)
+                return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': dim %s is not bound by any input", kind,
+                            s->name, b->name, s->dims[i].sym);
+            snprintf(bd->names[bd->n], MAX_NAME, "%s", s->dims[i].sym);
+            bd->values[bd->n] = got;
+            bd->from[bd->n++] = s->name;
+        }
+    }
+    int64_t expect = 1;
+    for (int i = s->rank - 1; i >= 0; i--) {
+        if (x->shape[i] > 1 && x->strides[i] != expect)
+            return fail(ATTNRT_ERROR_ARGUMENT,
+                        "%s '%s' of block '%s' is not contiguous: stride %d is %lld, expected %lld (row-major %s)", kind,
+                        s->name, b->name, i, (long long)x->strides[i], (long long)expect, want);
+        expect *= x->shape[i];
+    }
+    if ((uintptr_t)x->data % 16)
+        return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': data pointer %p is not 16-byte aligned", kind,
+                    s->name, b->name, x->data);
+    return ATTNRT_OK;
+}
+
+static int check_all(const Block *b, const attnrt_tensor *in, int nin, const attnrt_tensor *out, int nout,
+                     Binding *bd) {
+    memset(bd, 0, sizeof *bd);
+    int want_in = count_role(b, 0), want_out = count_role(b, 1);
+    if (nin != want_in || (out && nout != want_out))
+        return fail(ATTNRT_ERROR_ARGUMENT, "block '%s' takes %d inputs and %d outputs; got %d and %d", b->name, want_in,
+                    want_out, nin, nout);
+    if (nin && !in)
+        return fail(ATTNRT_ERROR_ARGUMENT, "inputs is NULL");
+    for (int i = 0; i < nin; i++) {
+        int rc = check_tensor(b, nth_role(b, 0, i), &in[i], bd, true);
+        if (rc)
+            return rc;
+    }
+    for (int i = 0; out && i < nout; i++) {
+        int rc = check_tensor(b, nth_role(b, 1, i), &out[i], bd, false);
+        if (rc)
+            return rc;
+    }
+    for (int i = 0; i < b->ndims; i++)
+        if (!lookup(bd, b->dims[i]))
+            return fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s is not bound by any input", b->name, b->dims[i]);
+    return ATTNRT_OK;
+}
+
+int attnrt_output_shape(const attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs, int i,
+                        int *rank, int64_t *shape) {
+    Block *b = find_block(m, block);
+    if (!b)
+        return ATTNRT_ERROR_ARGUMENT;
+    Binding bd;
+    int rc = check_all(b, inputs, ninputs, NULL, count_role(b, 1), &bd);
+    if (rc)
+        return rc;
+    const TensorSpec *t = nth_role(b, 1, i);
+    if (!t)
+        return fail(ATTNRT_ERROR_ARGUMENT, "block '%s' has no output %d", block, i);
+    *rank = t->rank;
+    for (int d = 0; d < t->rank; d++)
+        shape[d] = t->dims[d].sym[0] ? *lookup(&bd, t->dims[d].sym) : t->dims[d].size;
+    return ATTNRT_OK;
+}
+
+int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
+                    const attnrt_tensor *outputs, int noutputs, int check_pointers) {
+    Block *b = find_block(m, block);
+    if (!b)
+        return ATTNRT_ERROR_ARGUMENT;
+    if (!outputs && noutputs)
+        return fail(ATTNRT_ERROR_ARGUMENT, "outputs is NULL");
+    Binding bd;
+    int rc = check_all(b, inputs, ninputs, outputs, noutputs, &bd);
+    if (rc || !check_pointers)
+        return rc;
+    for (int i = 0; i < ninputs + noutputs; i++) {
+        const attnrt_tensor *x = i < ninputs ? &inputs[i] : &outputs[i - ninputs];
+        const TensorSpec *s = i < ninputs ? nth_role(b, 0, i) : nth_role(b, 1, i - ninputs);
+        int dev = 0;
+        if ((rc = cuda_is_device_pointer(x->data, &dev)))
+            return rc;
+        if (!dev)
+            return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': %p is not a CUDA device pointer",
+                        i < ninputs ? "input" : "output", s->name, b->name, x->data);
+    }
+    return ATTNRT_OK;
+}
+
+/* ---- grids: the manifest's expressions over the dims ------------------------------- */
+
+typedef struct Expr {
+    const char *p;
+    Binding *bd;
+    bool bad;
+} Expr;
+
+static int64_t expr_sum(Expr *e);
+
+static int64_t expr_atom(Expr *e) {
+    const char *p = e->p;
+    if (*p == '(') {
+        e->p++;
+        int64_t v = expr_sum(e);
+        if (*e->p != ')')
+            e->bad = true;
+        else
+            e->p++;
+        return v;
+    }
+    if (*p >= '0' && *p <= '9') {
+        char *end;
+        int64_t v = strtoll(p, &end, 10);
+        e->p = end;
+        return v;
+    }
+    char name[MAX_NAME];
+    int n = 0;
+    while ((p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+            (p[n] >= '0' && p[n] <= '9')) && n < MAX_NAME - 1)
+        n++;
+    if (n == 0) {
+        e->bad = true;
+        return 0;
+    }
+    memcpy(name, p, (size_t)n);
+    name[n] = 0;
+    e->p = p + n;
+    if ((strcmp(name, "min") == 0 || strcmp(name, "max") == 0) && *e->p == '(') {
+        e->p++;
+        int64_t x = expr_sum(e);
+        if (*e->p++ != ',')
+            e->bad = true;
+        int64_t y = expr_sum(e);
+        if (*e->p++ != ')')
+            e->bad = true;
+        return name[1] == 'i' ? (x < y ? x : y) : (x > y ? x : y);
+    }
+    int64_t *v = lookup(e->bd, name);
+    if (!v)
+        e->bad = true;
+    return v ? *v : 0;
+}
+
+static int64_t floordiv(int64_t x, int64_t y) {
+    int64_t q = x / y;
+    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
+}
+
+static int64_t expr_prod(Expr *e) {
+    int64_t v = expr_atom(e);
+    while (*e->p == '*' || *e->p == '/' || *e->p == '%') {
+        char op = *e->p++;
+        int64_t r = expr_atom(e);
+        if (op == '*')
+            v *= r;
+        else if (r == 0)
+            e->bad = true;
+        else
+            v = op == '/' ? floordiv(v, r) : v - floordiv(v, r) * r;
+    }
+    return v;
+}
+
+static int64_t expr_sum(Expr *e) {
+    int64_t v = expr_prod(e);
+    while (*e->p == '+' || *e->p == '-') {
+        char op = *e->p++;
+        int64_t r = expr_prod(e);
+        v = op == '+' ? v + r : v - r;
+    }
+    return v;
+}
+
+static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
+    for (int g = 0; g < 3; g++) {
+        Expr e = {k->grid[g], bd, false};
+        grid[g] = expr_sum(&e);
+        if (e.bad || *e.p)
+            return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
+                        k->grid[g]);
+        if (grid[g] < 0 || grid[g] > (g == 0 ? 2147483647LL : 65535))
+            return fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
+                        b->name, k->name, (long long)grid[g], k->grid[g]);
+    }
+    return ATTNRT_OK;
+}
+
+/* ---- running --------------------------------------------------------------------- */
+
+int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
+               const attnrt_tensor *outputs, int noutputs, void *stream) {
+    int rc = attnrt_validate(m, block, inputs, ninputs, outputs, noutputs, 1);
+    if (rc)
+        return rc;
+    Block *b = find_block(m, block);
+    Binding bd;
+    check_all(b, inputs, ninputs, outputs, noutputs, &bd);
+    if (!m->cumod && (rc = cuda_module_load(m->ptx, &m->cumod)))
+        return rc;
+    /* every tensor's device pointer: inputs, outputs, temporaries */
+    void *ptrs[MAX_TENSORS] = {0};
+    int iin = 0, iout = 0;
+    for (int t = 0; t < b->ntensors; t++) {
+        const TensorSpec *s = &b->tensors[t];
+        if (s->role == 0)
+            ptrs[t] = inputs[iin++].data;
+        else if (s->role == 1)
+            ptrs[t] = outputs[iout++].data;
+        else {
+            size_t bytes = (size_t)dtype_size(s->dtype);
+            for (int d = 0; d < s->rank; d++)
+                bytes *= (size_t)(s->dims[d].sym[0] ? *lookup(&bd, s->dims[d].sym) : s->dims[d].size);
+            if (b->temp_bytes[t] < bytes) {
+                if (b->temp[t]) {
+                    cuda_free(b->temp[t]);
+                    b->temp[t] = NULL;
+                    b->temp_bytes[t] = 0;
+                }
+                if ((rc = cuda_malloc(&b->temp[t], bytes)))
+                    return rc;
+                b->temp_bytes[t] = bytes;
+            }
+            ptrs[t] = b->temp[t];
+        }
+    }
+    int64_t dimvals[MAX_DIMS];
+    for (int i = 0; i < b->ndims; i++)
+        dimvals[i] = *lookup(&bd, b->dims[i]);
+    for (int ki = 0; ki < b->nkernels; ki++) {
+        KernelSpec *k = &b->kernels[ki];
+        int64_t grid[3];
+        if ((rc = eval_grid(b, k, &bd, grid)))
+            return rc;
+        if (!grid[0] || !grid[1] || !grid[2])
+            continue;
+        if (!k->fn && (rc = cuda_get_function(m->cumod, k->name, k->smem, &k->fn)))
+            return rc;
+        void *params[MAX_ARGS + MAX_DIMS];
+        int np = 0;
+        for (int i = 0; i < k->nargs; i++)
+            params[np++] = &ptrs[k->args[i]];
+        for (int i = 0; i < b->ndims; i++)
+            params[np++] = &dimvals[i];
+        if ((rc = cuda_launch(k->fn, grid, k->threads, k->smem, stream, params)))
+            return rc;
+    }
+    return ATTNRT_OK;
+}
+
+/* ---- memory helpers -------------------------------------------------------------- */
+
+int attnrt_malloc(void **ptr, size_t bytes) { return cuda_malloc(ptr, bytes); }
+int attnrt_free(void *ptr) { return ptr ? cuda_free(ptr) : ATTNRT_OK; }
+int attnrt_memcpy_htod(void *dst, const void *src, size_t bytes) { return cuda_copy(dst, src, bytes, 1); }
+int attnrt_memcpy_dtoh(void *dst, const void *src, size_t bytes) { return cuda_copy(dst, src, bytes, 0); }
+int attnrt_memset(void *dst, unsigned char byte, size_t bytes) { return cuda_memset(dst, byte, bytes); }
+int attnrt_synchronize(void) { return cuda_synchronize(); }

@@ -1,0 +1,20 @@
+/* cuda_loader.h — the few CUDA driver calls libattnrt makes, through
+ * dlopen("libcuda.so.1") (or $ATTNRT_LIBCUDA). Each returns ATTNRT_OK or
+ * ATTNRT_ERROR_CUDA with the message set: which call failed, CUDA's name and
+ * text for the error. Internal to the runtime. */
+#ifndef ATTNRT_CUDA_LOADER_H
+#define ATTNRT_CUDA_LOADER_H
+#include <stddef.h>
+#include <stdint.h>
+
+int cuda_is_device_pointer(const void *p, int *is_device);
+int cuda_module_load(const char *ptx, void **module);
+int cuda_module_unload(void *module);
+int cuda_get_function(void *module, const char *name, int64_t smem, void **fn);
+int cuda_launch(void *fn, const int64_t grid[3], int threads, int64_t smem, void *stream, void **params);
+int cuda_malloc(void **p, size_t bytes);
+int cuda_free(void *p);
+int cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
+int cuda_memset(void *dst, unsigned char byte, size_t bytes);
+int cuda_synchronize(void);
+#endif

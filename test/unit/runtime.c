@@ -1,0 +1,79 @@
+/* runtime.c — libattnrt's checks, without a GPU: every bad tensor is refused
+ * with a message naming it and what was expected, and with libcuda absent a
+ * valid call fails with a clear error. Prints one line per case for
+ * FileCheck (test/runtime/validate.test).
+ *
+ *   attnrt-unit MHA_PTX
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "attnrt.h"
+
+static char buf[4][1 << 12] __attribute__((aligned(16)));
+
+static attnrt_tensor t4(void *p, attnrt_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d) {
+    attnrt_tensor t = {.data = p, .dtype = dt, .rank = 4, .shape = {b, h, n, d}};
+    t.strides[3] = 1, t.strides[2] = d, t.strides[1] = n * d, t.strides[0] = h * n * d;
+    return t;
+}
+
+static void report(const char *name, int rc) { printf("%s: rc=%d %s\n", name, rc, rc ? attnrt_last_error() : "ok"); }
+
+int main(int argc, char **argv) {
+    attnrt_module *m = NULL;
+    report("missing-file", attnrt_load_file("/nonexistent/attn.ptx", &m));
+    const char junk[] = ".version 6.4\n.target sm_70\n";
+    report("no-manifest", attnrt_load_data(junk, sizeof junk - 1, &m));
+    const char badver[] = "// attnc-manifest 7\n";
+    report("bad-version", attnrt_load_data(badver, sizeof badver - 1, &m));
+    if (argc < 2 || attnrt_load_file(argv[1], &m)) {
+        fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
+        return 1;
+    }
+    printf("blocks: %d %s\n", attnrt_block_count(m), attnrt_block_name(m, 0));
+    attnrt_tensor in[3], out[1];
+    for (int i = 0; i < 3; i++)
+        in[i] = t4(buf[i], ATTNRT_F16, 2, 16, 5, 64);
+    out[0] = t4(buf[3], ATTNRT_F16, 2, 16, 5, 64);
+
+    report("good", attnrt_validate(m, "mha", in, 3, out, 1, 0));
+    int rank;
+    int64_t shape[8];
+    int rc = attnrt_output_shape(m, "mha", in, 3, 0, &rank, shape);
+    printf("output-shape: rc=%d rank=%d [%lld, %lld, %lld, %lld]\n", rc, rank, (long long)shape[0],
+           (long long)shape[1], (long long)shape[2], (long long)shape[3]);
+    report("wrong-block", attnrt_validate(m, "mla", in, 3, out, 1, 0));
+    report("wrong-count", attnrt_validate(m, "mha", in, 2, out, 1, 0));
+
+    attnrt_tensor bad[3];
+    memcpy(bad, in, sizeof in);
+    bad[0].dtype = ATTNRT_F32;
+    report("dtype", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[1].rank = 3;
+    report("rank", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[2] = t4(buf[2], ATTNRT_F16, 2, 8, 5, 64);
+    report("fixed-dim", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[1] = t4(buf[1], ATTNRT_F16, 2, 16, 6, 64);
+    report("inconsistent-dim", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[0].strides[2] = 128;
+    report("strides", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[1].data = buf[1] + 2;
+    report("alignment", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[0].data = NULL;
+    bad[0].shape[2] = 0;
+    report("empty", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    attnrt_tensor badout = t4(buf[3], ATTNRT_F16, 2, 16, 4, 64);
+    report("output-shape-mismatch", attnrt_validate(m, "mha", in, 3, &badout, 1, 0));
+    /* everything right, but no GPU: the device-pointer check needs libcuda */
+    report("run-without-cuda", attnrt_run(m, "mha", in, 3, out, 1, NULL));
+    report("malloc-without-cuda", attnrt_malloc(&(void *){0}, 16));
+    attnrt_unload(m);
+    return 0;
+}
