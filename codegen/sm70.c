@@ -107,7 +107,13 @@ typedef struct Cg {
     int nwarps, threads, mrep;
     int64_t R;
     LLVMValueRef tid, lane, warp;
-    int64_t smem_bytes;
+    /* dynamic shared memory: live ranges, reused once their owner is dead */
+    int64_t smem_bytes;               /* the peak */
+    int nlive;
+    struct Live { int64_t off, size; const Value *owner; } live[64];
+    const Value *owner;               /* whose buffer smem_alloc makes now */
+    const Block *top;                 /* the launch body */
+    Map last_use;                     /* Value* -> index of its last top-level op + 1 */
 } Cg;
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -233,12 +239,53 @@ static void if_end(Cg *cg, LLVMBasicBlockRef join) {
     LLVMPositionBuilderAtEnd(cg->b, join);
 }
 
-/* Dynamic shared memory: bump allocation, 16-byte aligned. */
+/* Dynamic shared memory, 16-byte aligned, first fit among the live buffers.
+ * A buffer belongs to cg->owner (a value of the launch body, freed after its
+ * last use there; NULL: freed by the caller). Memory that another buffer used
+ * before is reused only after a barrier: other warps may still read it. */
 static LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) {
-    int64_t off = (cg->smem_bytes + 15) & ~(int64_t)15;
-    cg->smem_bytes = off + bytes;
+    bytes = (bytes + 15) & ~(int64_t)15;
+    int64_t off = 0;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int i = 0; i < cg->nlive; i++)
+            if (off < cg->live[i].off + cg->live[i].size && cg->live[i].off < off + bytes) {
+                off = cg->live[i].off + cg->live[i].size;
+                moved = true;
+            }
+    }
+    if (off < cg->smem_bytes)
+        barrier(cg);
+    if (off + bytes > cg->smem_bytes)
+        cg->smem_bytes = off + bytes;
+    if (cg->nlive < 64)
+        cg->live[cg->nlive++] = (struct Live){off, bytes, cg->owner};
     LLVMValueRef o = ci64(cg, off);
     return LLVMBuildGEP2(cg->b, LLVMInt8TypeInContext(cg->ctx), cg->smem, &o, 1, "");
+}
+
+/* Frees the buffers whose owners are dead after top-level op `index`
+ * (owner NULL: the temporaries of one op). */
+static void smem_release(Cg *cg, int index) {
+    int k = 0;
+    for (int i = 0; i < cg->nlive; i++) {
+        const Value *o = cg->live[i].owner;
+        intptr_t last = o ? (intptr_t)map_get(&cg->last_use, o) : 0;
+        if (o && last > index + 1)
+            cg->live[k++] = cg->live[i];
+    }
+    cg->nlive = k;
+}
+
+/* Records, for every value used in op (and the ops inside it), that top-level
+ * op `index` uses it. */
+static void note_uses(Cg *cg, const Op *op, int index) {
+    for (int i = 0; i < op->noperands; i++)
+        map_put(cg->a, &cg->last_use, op->operands[i], (void *)(intptr_t)(index + 1));
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for (const Op *o = op->regions[r].blocks[b]->first; o; o = o->next)
+                note_uses(cg, o, index);
 }
 
 /* ---- scalar operations (index math, and each element of a tile) ---------------- */
@@ -1148,7 +1195,9 @@ static void emit_alloc(Cg *cg, const Op *op) {
         }
     Cv *c = NEW(cg->a, Cv);
     c->kind = CV_MEM;
+    cg->owner = op->results[0];
     c->mem = shared_mem(cg, t);
+    cg->owner = NULL;
     cv_put(cg, op->results[0], c);
 }
 
@@ -1251,7 +1300,9 @@ static void emit_wait(Cg *cg, const Op *op) {
 /* A global tile feeding a dot: copied once into a shared scratch. */
 static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
     int64_t stride = w->cols + 8;
+    cg->owner = op->results[0];
     LLVMValueRef base = smem_alloc(cg, w->rows * stride * 2);
+    cg->owner = NULL;
     Token *t = prefetch(cg, op, m, 1, w->rows, w->cols, inner_size_of(op->operands[0]));
     land(cg, t, base, stride);
     barrier(cg);
@@ -1479,7 +1530,10 @@ static void emit_op(Cg *cg, const Op *op) {
 }
 
 static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
-    for (const Op *op = blk->first; op && !cg->failed; op = op->next) {
+    int index = 0;
+    for (const Op *op = blk->first; op && !cg->failed; op = op->next, index++) {
+        if (blk == cg->top && index > 0)
+            smem_release(cg, index - 1);
         if (op->kind == OP_TILE_YIELD) {
             for (int i = 0; i < op->noperands; i++) {
                 if (yv)
@@ -1625,6 +1679,11 @@ bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, 
         c->mem = m;
         cv_put(cg, arg, c);
     }
+    cg->top = body;
+    map_init(&cg->last_use, false);
+    int index = 0;
+    for (const Op *o = body->first; o; o = o->next)
+        note_uses(cg, o, index++);
     emit_block(cg, body, NULL, NULL);
     if (!cg->failed)
         LLVMBuildRetVoid(cg->b);
@@ -1640,6 +1699,10 @@ bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, 
     };
     LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                 LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
+    if (cg->smem_bytes > 96 * 1024)   /* the most a V100 block can opt in to */
+        return err(cg, launch, "%s",
+                   arena_printf(a, "the kernel needs %lld bytes of shared memory; sm_70 has 98304",
+                                (long long)cg->smem_bytes));
     info->threads = cg->threads;
     info->smem_bytes = (cg->smem_bytes + 15) & ~(int64_t)15;
     return true;

@@ -502,10 +502,12 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
 /* ---- everything else: row kernels ------------------------------------------------
  * An elementwise op, a reduction or a softmax over the last axis, on tensors
  * of rank 1 or 2 whose last dimension is a number, becomes a kernel with a
- * program per RB rows, each holding whole rows [RB, N] in one tile.
+ * program per RB rows, each holding whole rows [RB, N] in one tile. RB is 16,
+ * or 2 on sm_70, whose code generator keeps a tile in registers: 2 rows of
+ * 4096 are 64 values per thread, 16 would spill.
  * Reductions and softmax compute in f32 and round once, as attn.reduce does. */
 
-enum { RB = 16 };
+static int64_t row_block(const char *arch) { return strcmp(arch, "sm_70") == 0 ? 2 : 16; }
 
 static bool is_row_op(const Op *op) {
     switch (op->kind) {
@@ -533,7 +535,7 @@ static bool is_row_op(const Op *op) {
 
 /* The [rows, cols] tile of a tensor of rank 1 or 2 seen as rows of a
  * program: rank 1 is one row; a dimension of 1 stays 1 (broadcast). */
-static Value *row_tile_load(Builder *b, Value *mem, Value *r0) {
+static Value *row_tile_load(Builder *b, Value *mem, Value *r0, int64_t RB) {
     const Type *t = mem->type;
     int dims[2];
     Value *idx[2];
@@ -554,6 +556,7 @@ static Value *row_tile_load(Builder *b, Value *mem, Value *r0) {
 
 
 static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
+    const int64_t RB = row_block(ctx->arch);
     const Type *rt = op->results[0]->type;
     PtrVec tensors = {0};
     for (int i = 0; i < op->noperands; i++)
@@ -573,7 +576,7 @@ static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
     for (int i = 0; i < op->noperands; i++) {
         Value *v = op->operands[i];
         if (v->type->kind == TY_TENSOR) {
-            x[i] = row_tile_load(&b, args[3 + ti++], r0);
+            x[i] = row_tile_load(&b, args[3 + ti++], r0, RB);
         } else {   /* a scalar constant or dimension, recomputed inside */
             Value *c = b_emit(&b, v->def->kind, v->type, 0, NULL);
             c->def->attrs = v->def->attrs;

@@ -4,14 +4,23 @@
 # lit), clang + libFuzzer for the fuzz target. Installs only what is missing.
 set -eu
 PKGS="build-essential cmake flex bison llvm-19-dev llvm-19-tools clang libclang-rt-14-dev
-      python3 zlib1g-dev libzstd-dev"
+      python3 python3-pip zlib1g-dev libzstd-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-echo "deps.sh: installing$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+if [ -n "$missing" ]; then
+  echo "deps.sh: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+# CUDA 13's ptxas no longer assembles sm_70: a CUDA 12 ptxas, from PyPI, checks
+# the sm_70 PTX (CMake finds it in /opt/attnc-cuda12).
+PTXAS12=/opt/attnc-cuda12/nvidia/cuda_nvcc/bin/ptxas
+if [ ! -x "$PTXAS12" ]; then
+  echo "deps.sh: installing a CUDA 12 ptxas (PyPI nvidia-cuda-nvcc-cu12)"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --no-deps --target /opt/attnc-cuda12 \
+    nvidia-cuda-nvcc-cu12==12.9.86 >/dev/null
+fi

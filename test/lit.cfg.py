@@ -2,6 +2,8 @@
 #   %attnc, %attnc-opt   the tools under test (from the build tree)
 #   FileCheck, not       from LLVM 19
 #   %examples            the examples/ folder
+#   %attnrt-unit         the runtime's checks without a GPU (test/unit/runtime.c)
+#   %ptxas70             a CUDA 12 ptxas for sm_70 (feature ptxas-sm70)
 import os
 import lit.formats
 
@@ -15,6 +17,10 @@ config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
 config.substitutions.append(("%unit-rounding", os.path.join(config.attnc_obj_root, "attnc-unit-rounding")))
 config.substitutions.append(("%attnc-opt", os.path.join(config.attnc_obj_root, "attnc-opt")))
 config.substitutions.append(("%attnc", os.path.join(config.attnc_obj_root, "attnc")))
+config.substitutions.append(("%attnrt-unit", os.path.join(config.attnc_obj_root, "attnrt-unit")))
+if config.ptxas_sm70:
+    config.available_features.add("ptxas-sm70")
+    config.substitutions.append(("%ptxas70", config.ptxas_sm70))
 config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "examples")))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("not ", config.not_tool + " "))
