@@ -12,6 +12,18 @@ echo "==> build and test"
 sh scripts/build.sh build
 ctest --test-dir build --output-on-failure
 
+echo "==> install, then build examples/embed against the installed libattnrt (pkg-config, CMake)"
+rm -rf build/install-check && cmake --install build --prefix build/install-check >/dev/null
+prefix=$PWD/build/install-check
+echo "installed: $(cd "$prefix" && find . -type f -o -type l | sort | tr '\n' ' ')"
+cc examples/embed/embed.c -o build/install-user-embed \
+  $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs attnrt) -lm -Wl,-rpath,$prefix/lib
+rm -rf build/install-user && mkdir -p build/install-user
+printf 'cmake_minimum_required(VERSION 3.20)\nproject(u C)\nfind_package(attnrt REQUIRED)\nadd_executable(embed %s/examples/embed/embed.c)\ntarget_link_libraries(embed attnc::attnrt m)\n' "$PWD" \
+  > build/install-user/CMakeLists.txt
+cmake -S build/install-user -B build/install-user/build -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build build/install-user/build >/dev/null
+
 echo "==> build and test with ASan + UBSan"
 sh scripts/build.sh build-asan -DATTNC_SANITIZE=ON
 ctest --test-dir build-asan --output-on-failure
