@@ -80,10 +80,11 @@ def attention_ref(q, k, v, scale, mask_fn, score_fn, dtype):
     i = torch.arange(NQ, device=q.device).view(1, 1, NQ, 1)
     j = torch.arange(NK, device=q.device).view(1, 1, 1, NK)
     h = torch.arange(H, device=q.device).view(1, H, 1, 1)
+    b = torch.arange(B, device=q.device).view(B, 1, 1, 1)
     if score_fn:
-        s = score_fn(s, h, i, j)
+        s = score_fn(s, b, h, i, j)
     if mask_fn:
-        s = s.masked_fill(~mask_fn(h, i, j), float("-inf"))
+        s = s.masked_fill(~mask_fn(b, h, i, j), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
     if dtype is None:
@@ -146,7 +147,7 @@ def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_
     return ok
 
 
-def causal(h, i, j):
+def causal(b, h, i, j):
     return j <= i
 
 
@@ -179,11 +180,35 @@ def attention_cases(rep, kit, tmp, quick):
     mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "softcap_alibi.attn"))
     H = 4
     slopes = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
-    def score(s, h, i, j):
+    def score(s, b, h, i, j):
         return 30 * torch.tanh(s / 30) + slopes.to(s.dtype)[h] * (j - i)
     for N in Ns:
         run_attention(rep, mod, "softcap_alibi", "softcap_alibi", 2, H, H, N, N, 128, "f16", 1 / math.sqrt(128),
                       causal, score, False, extra_inputs=(slopes,), lse=False)
+    # cross_attention.attn: keys past each batch's encoder length are hidden
+    # (a length of 0 hides every key: o = 0, lse = -inf)
+    mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "cross_attention.attn"))
+    for NQ, NK in ((17, 1000), (1000, 113), (1, 2049)):
+        enc_len = torch.tensor([NK // 3, 0, NK], device="cuda", dtype=torch.int32)
+        run_attention(rep, mod, "cross_attention", "example cross_attention", 3, 8, 8, NQ, NK, 64, "f32", 1 / 8,
+                      lambda b, h, i, j: j < enc_len.long()[b], None, True, extra_inputs=(enc_len,))
+    # document_mask.attn: packed documents (ids from a tensor), causal, plus a bias
+    mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "document_mask.attn"))
+    for N in (17, 113, 1000):
+        g = torch.Generator(device="cuda").manual_seed(N)
+        doc = torch.sort(torch.randint(0, 4, (2, N), device="cuda", generator=g, dtype=torch.int32), dim=1)[0]
+        bias = (torch.rand(3, N, N, device="cuda", generator=g) * 2 - 1).half()
+        run_attention(rep, mod, "document_mask", "example document_mask", 2, 3, 3, N, N, 64, "f32", 1 / 8,
+                      lambda b, h, i, j: (doc.long()[b.view(-1)].view(-1, 1, N, 1) ==
+                                          doc.long()[b.view(-1)].view(-1, 1, 1, N)) & (j <= i),
+                      lambda s, b, h, i, j: s + bias.to(s.dtype)[h.view(-1)].unsqueeze(0),
+                      False, extra_inputs=(doc, bias), lse=False)
+    # sliding_window.attn with the window shrunk to 100 keys, so it binds
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "sliding_window.attn")).read(), {"WINDOW": 100})
+    mod = compile_src(kit, tmp, "sliding_window_100", src)
+    for N in (17, 113, 1000, 2049):
+        run_attention(rep, mod, "sliding_window", "example sliding_window (W=100)", 1, 32, 8, N, N, 128, "f32",
+                      128 ** -0.5, lambda b, h, i, j: (j <= i) & (i - j < 100), None, False, lse=False)
     # every attention example as written, at one ragged size
     for ex, H, HKV, D, lse_out in (("mha", 16, 16, 64, False), ("gqa_causal", 32, 8, 128, True)):
         mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", ex + ".attn"))

@@ -754,7 +754,7 @@ static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMVal
     return LLVMBuildSelect(cg->b, inside, v, fill, "");
 }
 
-static bool used_only_by_dot(const Value *v, const Op *scope);
+static bool used_only_by_dot(const Block *top, const Value *v);
 
 static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
 
@@ -766,7 +766,7 @@ static void emit_load(Cg *cg, const Op *op) {
     int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
     Attr *dims = op_attr(op, "dims");
     bool plain2d = dims->n == 2 && dims->elems[0]->i == m->rank - 2 && dims->elems[1]->i == m->rank - 1;
-    if (used_only_by_dot(op->results[0], op->parent->parent->parent) && plain2d && m->elem == SK_F16 &&
+    if (used_only_by_dot(cg->top, op->results[0]) && plain2d && m->elem == SK_F16 &&
         rows % 4 == 0 && cols % 4 == 0) {
         View *w = NEW(cg->a, View);
         w->rows = rows;
@@ -1310,15 +1310,15 @@ static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
     w->stride = stride;
 }
 
-/* Whether every use of v in scope is a tile.dot operand (possibly through
- * tile.trans). */
-static bool uses_ok(const Value *v, const Block *blk, int *count) {
+/* Whether v has uses in blk (counted in *count) and every one is a tile.dot
+ * operand, possibly through tile.trans. */
+static bool uses_ok(const Block *top, const Value *v, const Block *blk, int *count) {
     for (const Op *o = blk->first; o; o = o->next) {
         for (int i = 0; i < o->noperands; i++)
             if (o->operands[i] == v) {
                 (*count)++;
                 if (o->kind == OP_TRANS) {
-                    if (!used_only_by_dot(o->results[0], NULL))
+                    if (!used_only_by_dot(top, o->results[0]))
                         return false;
                 } else if (!(o->kind == OP_DOT && i < 2)) {
                     return false;
@@ -1326,22 +1326,16 @@ static bool uses_ok(const Value *v, const Block *blk, int *count) {
             }
         for (int r = 0; r < o->nregions; r++)
             for (int k = 0; k < o->regions[r].nblocks; k++)
-                if (!uses_ok(v, o->regions[r].blocks[k], count))
+                if (!uses_ok(top, v, o->regions[r].blocks[k], count))
                     return false;
     }
     return true;
 }
 
-static const Op *g_scope;   /* the launch being emitted (for use queries) */
-
-static bool used_only_by_dot(const Value *v, const Op *scope) {
-    (void)scope;
+/* Whether v is used, and only as a tile.dot operand, in the launch body top. */
+static bool used_only_by_dot(const Block *top, const Value *v) {
     int n = 0;
-    const Region *r = &g_scope->regions[0];
-    for (int k = 0; k < r->nblocks; k++)
-        if (!uses_ok(v, r->blocks[k], &n))
-            return false;
-    return n > 0;
+    return uses_ok(top, v, top, &n) && n > 0;
 }
 
 /* ---- control flow --------------------------------------------------------------- */
@@ -1585,7 +1579,6 @@ bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, 
     cg->p3 = LLVMPointerTypeInContext(ctx, 3);
     const Op *launch = k->launch;
     const Block *body = launch->regions[0].blocks[0];
-    g_scope = launch;
 
     /* the layout */
     int64_t rows = 0, mrows = 0;   /* the widest tile; the rows of the dots */
