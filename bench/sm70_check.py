@@ -110,6 +110,13 @@ class Report:
         self.rows = []
         self.log = log
 
+    def expect(self, name, ok, detail):
+        """A check without a number: ok or not, and what was seen."""
+        self.rows.append((name, "", 0.0, 0.0, 0.0, ok, detail))
+        line = f"{'ok  ' if ok else 'FAIL'} {name:34s} {detail}"
+        print(line, flush=True)
+        self.log.write(line + "\n")
+
     def add(self, name, shape, err, ref_err, bound, extra=""):
         ok = err <= bound
         self.rows.append((name, shape, err, ref_err, bound, ok, extra))
@@ -216,6 +223,72 @@ def attention_cases(rep, kit, tmp, quick):
                       causal if ex == "gqa_causal" else None, None, False, lse=lse_out)
 
 
+def binding_errors(rep, tmp):
+    """The Python binding refuses bad arguments with AttncError naming them."""
+    name = "bind_check"
+    mod = compile_src(None, tmp, name, attention_src(name, 4, 4, 64, "f32", None, None, False, lse=False))
+    q = torch.zeros(1, 4, 17, 64, device="cuda", dtype=torch.half)
+
+    def expect(what, fn, *needles):
+        try:
+            fn()
+            rep.expect(f"binding: {what}", False, "no error raised")
+        except attnc.AttncError as e:
+            ok = all(n in str(e) for n in needles)
+            rep.expect(f"binding: {what}", ok, str(e).splitlines()[0][:110])
+    expect("dtype", lambda: mod.run(name, q.float(), q, q), "input 'q'", "dtype")
+    expect("device", lambda: mod.run(name, q, q.cpu(), q), "input 'k'", "cpu")
+    expect("count", lambda: mod.run(name, q, q), "takes 3 inputs")
+    expect("strides", lambda: mod.run(name, q, q, q.transpose(2, 3).contiguous().transpose(2, 3)),
+           "input 'v'", "not contiguous")
+    expect("shape", lambda: mod.run(name, q, q[:, :, :5], q), "input 'k'", "N")
+    expect("block", lambda: mod.run("nope", q, q, q), "no block 'nope'")
+    bad = os.path.join(tmp, "bad.attn")
+    with open(bad, "w") as f:
+        f.write("mlp m(x: f16[T]) -> (y: f16[T]) { y = x +; }\n")
+    expect("compile error", lambda: attnc.compile(bad, output=os.path.join(tmp, "bad.ptx")), "error:")
+    o = mod.run(name, q, q, q)
+    rep.expect("binding: outputs allocated", o.shape == q.shape and o.dtype == torch.half and bool(
+        torch.isfinite(o).all()), f"{tuple(o.shape)} {o.dtype}")
+
+
+def fp16acc_emulation_cases(rep, kit, tmp):
+    """FP16-ACC against the CPU interpreter's emulation of it: the interpreter
+    runs the same block after the sm_70 pipeline (its f16 accumulation
+    emulated exactly) on its own N(0, 1) inputs and dumps them, the GPU runs
+    the kernel on those inputs; both are held to the FP16-ACC bound, and the
+    GPU to no worse than twice the emulation (+ 1e-4)."""
+    import numpy as np
+    cases = (("emu_d64_f16", 4, 4, 64, None, 257), ("emu_d128_f16_causal", 4, 4, 128, "j <= i", 300),
+             ("emu_gqa_d128_f16", 8, 2, 128, "j <= i", 200))
+    for name, H, HKV, D, mask, N in cases:
+        path = os.path.join(tmp, name + ".attn")
+        with open(path, "w") as f:
+            f.write(attention_src(name, H, HKV, D, "f16", mask, None, False))
+        dump = os.path.join(tmp, name + ".dump")
+        os.makedirs(dump, exist_ok=True)
+        r = subprocess.run([os.environ["ATTNC"], "run", path, "-arch", "sm_70", "-D", f"N={N}", "-D", "B=1",
+                            "--seed", "3", "--check", "--dump", dump], capture_output=True, text=True)
+        print(r.stdout.strip(), flush=True)
+        ld = lambda kind, n: torch.from_numpy(np.load(os.path.join(dump, f"{name}.{kind}.{n}.npy"))).cuda()
+        q, k, v = ld("in", "q"), ld("in", "k"), ld("in", "v")
+        mod = attnc.compile(path, arch="sm_70", output=os.path.join(tmp, name + ".ptx"))
+        o = torch.full(q.shape, float("nan"), device="cuda", dtype=torch.half)
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda", dtype=torch.float32)
+        mod.run(name, q, k, v, out=[o, lse])
+        torch.cuda.synchronize()
+        mask_fn = causal if mask else None
+        o16, _ = attention_ref(q, k, v, D ** -0.5, mask_fn, None, None)
+        ref = ld("ref", "o")
+        ref_err = max_err(o16, ref)
+        bound = 2 * ref_err + 1e-5 + fp16acc_slack(max(N, D))
+        emu_err = max_err(ld("out", "o"), ref)
+        shape = f"B1 H{H}/{HKV} N{N}x{N} D{D}"
+        rep.add(f"{name} interpreter (emulated)", shape, emu_err, ref_err, bound, "acc f16")
+        rep.add(f"{name} GPU, same inputs", shape, max_err(o, ref), ref_err, min(bound, 2 * emu_err + 1e-4),
+                "acc f16")
+
+
 def mlp_cases(rep, kit, tmp, quick):
     Ts = [1, 17, 113, 128, 1000] + ([] if quick else [2049])
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -292,7 +365,7 @@ def main():
     ap.add_argument("--kit", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["attention", "mlp", "sanitize"], default=None)
+    ap.add_argument("--only", choices=["attention", "mlp", "emulation", "sanitize"], default=None)
     args = ap.parse_args()
     os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
@@ -307,6 +380,10 @@ def main():
         attention_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "mlp"):
         mlp_cases(rep, args.kit, tmp, args.quick)
+    if args.only in (None, "emulation"):
+        fp16acc_emulation_cases(rep, args.kit, tmp)
+    if args.only is None:
+        binding_errors(rep, tmp)
     if args.only == "sanitize":   # small cases for compute-sanitizer
         name = "san_causal"
         mod = compile_src(args.kit, tmp, name, attention_src(name, 2, 1, 64, "f16", "j <= i", None, False))
@@ -315,7 +392,7 @@ def main():
         run_attention(rep, mod, "san_cross", "san_cross", 1, 2, 2, 5, 70, 128, "f32", 128 ** -0.5, None, None, True)
     bad = [r for r in rep.rows if not r[5]]
     summary = (f"\n{len(rep.rows)} checks, {len(bad)} failed, {time.time() - t0:.0f} s\n" +
-               "\n".join(f"FAIL {r[0]} {r[1]}: err {r[2]:.3e} > bound {r[4]:.3e}" for r in bad))
+               "\n".join(f"FAIL {r[0]} {r[1]}: err {r[2]:.3e} > bound {r[4]:.3e} {r[6]}" for r in bad))
     print(summary)
     log.write(summary + "\n")
     return 1 if bad else 0

@@ -74,6 +74,8 @@ typedef struct RunOptions {
     const Map *consts; /* the program's constant names, which -D may also set */
     Map *cache;        /* when set: inputs and reference outputs per block, kept
                           across calls (checking after every pass) */
+    const char *dump_dir; /* when set: inputs, outputs and references written
+                             there as BLOCK.{in,out,ref}.NAME.npy */
 } RunOptions;
 
 /* Runs every func of `lowered` on random inputs; with opts.check, compares

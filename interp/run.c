@@ -176,6 +176,88 @@ static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *ref
     return r;
 }
 
+/* The bits of x, a value f16 can hold exactly (the interpreter rounds). */
+static uint16_t f16_bits(double x) {
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    x = fabs(x);
+    if (isnan(x))
+        return 0x7e00;
+    if (isinf(x))
+        return sign | 0x7c00;
+    if (x == 0)
+        return sign;
+    int e;
+    double m = frexp(x, &e);   /* x = m·2^e, m in [0.5, 1) */
+    int biased = e + 14;
+    if (biased >= 1)
+        return sign | (uint16_t)(biased << 10) | (uint16_t)((m * 2 - 1) * 1024);
+    return sign | (uint16_t)(x * 16777216.0);   /* subnormal: a multiple of 2^-24 */
+}
+
+/* Writes t as a NumPy .npy file (format 1.0) in its own dtype (the
+ * reference, exact, as f8). */
+static bool write_npy(Diag *d, const char *dir, const char *block, const char *kind, const char *name,
+                      const Tensor *t, bool exact) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.%s.%s.npy", dir, block, kind, name);
+    const char *descr;
+    int size;
+    switch (exact ? SK_F64 : t->dtype) {
+    case SK_F16: descr = "<f2", size = 2; break;
+    case SK_F32: descr = "<f4", size = 4; break;
+    case SK_F64: descr = "<f8", size = 8; break;
+    case SK_I32: descr = "<i4", size = 4; break;
+    case SK_I64: case SK_INDEX: descr = "<i8", size = 8; break;
+    case SK_I1: descr = "|b1", size = 1; break;
+    default:
+        diag_plain(d, "--dump: %s has a dtype .npy cannot hold (%s)", path, scalar_name(t->dtype));
+        return false;
+    }
+    char header[256];
+    int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int i = 0; i < t->rank; i++)
+        n += snprintf(header + n, sizeof header - (size_t)n, "%lld,%s", (long long)t->dims[i],
+                      i + 1 < t->rank ? " " : "");
+    n += snprintf(header + n, sizeof header - (size_t)n, "), }");
+    int total = 10 + n + 1, pad = (64 - total % 64) % 64;   /* magic+len, header, '\n': 64-aligned */
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        diag_plain(d, "--dump: cannot write '%s'", path);
+        return false;
+    }
+    unsigned hlen = (unsigned)(n + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc((int)(hlen & 255), f);
+    fputc((int)(hlen >> 8), f);
+    fwrite(header, 1, (size_t)n, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    for (int64_t e = 0; e < t->size; e++) {
+        double x = t->data[e];
+        unsigned char buf[8];
+        if (exact || t->dtype == SK_F64) {
+            memcpy(buf, &x, 8);
+        } else if (t->dtype == SK_F32) {
+            float v = (float)x;
+            memcpy(buf, &v, 4);
+        } else if (t->dtype == SK_F16) {
+            uint16_t h = f16_bits(x);
+            memcpy(buf, &h, 2);
+        } else if (t->dtype == SK_I32) {
+            int32_t v = (int32_t)x;
+            memcpy(buf, &v, 4);
+        } else if (t->dtype == SK_I1) {
+            buf[0] = x != 0;
+        } else {
+            int64_t v = (int64_t)x;
+            memcpy(buf, &v, 8);
+        }
+        fwrite(buf, 1, (size_t)size, f);
+    }
+    return fclose(f) == 0;
+}
+
 static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op *low,
                      const RunOptions *opts, FILE *out) {
     const char *name = op_attr(low, "sym_name")->s;
@@ -189,6 +271,16 @@ static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op 
     if (!interp_func(&run, low, r->inputs, got))
         return false;
     Tensor **want = r->want, **base = r->base;
+    if (opts->dump_dir) {
+        Attr *in_names = op_attr(low, "inputs");
+        for (int i = 0; i < in_names->n; i++)
+            if (!write_npy(d, opts->dump_dir, name, "in", in_names->elems[i]->s, r->inputs[i], false))
+                return false;
+        for (int i = 0; i < out_names->n; i++)
+            if (!write_npy(d, opts->dump_dir, name, "out", out_names->elems[i]->s, got[i], false) ||
+                (want && !write_npy(d, opts->dump_dir, name, "ref", out_names->elems[i]->s, want[i], true)))
+                return false;
+    }
     bool ok = true, f16_acc = uses_f16_acc(ref);
     for (int i = 0; i < out_names->n; i++) {
         const char *oname = out_names->elems[i]->s;

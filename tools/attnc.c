@@ -142,6 +142,8 @@ static const char run_usage[] =
     "  --check-each-pass  the same check after every pass of the pipeline, naming\n"
     "                   the first pass after which an output is out of tolerance\n"
     "  -time-passes     report each pass's time (standard error)\n"
+    "  --dump DIR       write each block's inputs and outputs (and with --check the\n"
+    "                   float64 reference) to DIR as .npy files\n"
     "  -q               print only failures\n";
 
 static int parse_run_args(Arena *a, Diag *d, int argc, char **argv, RunArgs *r) {

@@ -165,6 +165,14 @@ int tool_run_arg(Arena *a, Diag *d, int argc, char **argv, int *i, RunArgs *r) {
         r->run.quiet = true;
         return 1;
     }
+    if (strcmp(arg, "--dump") == 0) {
+        if (++*i == argc) {
+            diag_plain(d, "'--dump' needs a folder");
+            return -1;
+        }
+        r->run.dump_dir = argv[*i];
+        return 1;
+    }
     if (strcmp(arg, "-D") == 0 || strcmp(arg, "--seed") == 0) {
         if (++*i == argc) {
             diag_plain(d, "'%s' needs a value", arg);
