@@ -169,6 +169,17 @@ def attention_cases(rep, kit, tmp, quick):
                 for N in Ns:
                     run_attention(rep, mod, name, name, 2, 4, 4, N, N, D, acc, 1 / math.sqrt(D),
                                   causal if is_causal else None, None, False)
+    # other tilings and stage counts (schedule), which change warps per block,
+    # row blocks per warp and the prefetch ring
+    for sched in ("tile(16, 16)", "tile(32, 64)", "tile(128, 64)", "tile(64, 32)", "tile(64, 64); stages(1)",
+                  "tile(64, 64); stages(3)"):
+        tag = re.sub(r"[^0-9]+", "_", sched).strip("_")
+        for acc in ("f32", "f16"):
+            name = f"sched_{tag}_{acc}"
+            src = attention_src(name, 2, 2, 64, acc, "j <= i", None, False) + f"schedule {name} for sm_70 {{ {sched}; }}\n"
+            mod = compile_src(kit, tmp, name, src)
+            for N in (17, 300):
+                run_attention(rep, mod, name, name, 2, 2, 2, N, N, 64, acc, 1 / 8, causal, None, False)
     # GQA, causal, both accumulators
     for acc in ("f32", "f16"):
         name = f"gqa_d128_{acc}_causal"

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++) {
         host[i] = malloc(bytes);
         for (size_t e = 0; e < n; e++)
-            host[i][e] = float_to_half((float)rand() / RAND_MAX * 2 - 1);
+            host[i][e] = float_to_half((float)((double)rand() / RAND_MAX * 2 - 1));
         if (attnrt_malloc(&t[i].data, bytes))
             return die("malloc");
         if (i < 3 && attnrt_memcpy_htod(t[i].data, host[i], bytes))
