@@ -30,8 +30,6 @@
 
 #include "codegen/cg.h"
 
-enum { MAXN = 8192 };
-
 /* C11 has no PI & co. */
 #define LOG2E 1.4426950408889634
 #define LN2 0.6931471805599453
@@ -529,27 +527,25 @@ static Dist *dist_new(Cg *cg, ScalarKind elem, int64_t rows, int64_t cols) {
     return d;
 }
 
-/* The positions a tile of this shape stores, one per slot in use. */
-static int positions(Cg *cg, int64_t rows, int64_t cols, Pos *out) {
-    int n = 0;
+/* The positions a tile of this shape stores, one per slot in use, in
+ * *out (allocated in the arena). */
+static int positions(Cg *cg, int64_t rows, int64_t cols, Pos **out) {
     bool perrow = cols == 1, percol = rows == 1;
-    if (cg->lay == LAY_ACC) {
-        for (int a = 0; a < (percol ? 1 : cg->mrep); a++)
-            for (int b = 0; b < (perrow ? 1 : nrep_of(cg, cols)); b++)
-                for (int i = 0; i < 8; i++) {
-                    if (perrow && (i & ~row_bits(cg)) && !percol)
+    int na = cg->lay == LAY_ACC ? (percol ? 1 : cg->mrep) : (int)(percol ? 1 : rows);
+    int nb = cg->lay == LAY_ACC ? (perrow ? 1 : nrep_of(cg, cols)) : (int)(perrow ? 1 : cslots(cg, cols));
+    int ni = cg->lay == LAY_ACC ? 8 : 1;
+    Pos *ps = *out = NEW_ARRAY(cg->a, Pos, (size_t)na * nb * ni + 1);
+    int n = 0;
+    for (int a = 0; a < na; a++)
+        for (int b = 0; b < nb; b++)
+            for (int i = 0; i < ni; i++) {
+                if (cg->lay == LAY_ACC) {
+                    if (perrow && percol ? i != 0
+                                         : (perrow && (i & ~row_bits(cg))) || (percol && (i & ~col_bits(cg))))
                         continue;
-                    if (percol && (i & ~col_bits(cg)) && !perrow)
-                        continue;
-                    if (perrow && percol && i)
-                        continue;
-                    out[n++] = (Pos){a, b, i};
                 }
-    } else {
-        for (int a = 0; a < (percol ? 1 : rows); a++)
-            for (int b = 0; b < (perrow ? 1 : cslots(cg, cols)); b++)
-                out[n++] = (Pos){a, b, 0};
-    }
+                ps[n++] = (Pos){a, b, i};
+            }
     return n;
 }
 
@@ -627,8 +623,8 @@ static ScalarKind elem_of(const Value *v) { return v->type->elem; }
 /* Reads a view's elements into the kernel's layout. */
 static Dist *view_to_dist(Cg *cg, const View *w, ScalarKind elem) {
     Dist *d = dist_new(cg, elem, w->rows, w->cols);
-    static Pos ps[MAXN];
-    int n = positions(cg, w->rows, w->cols, ps);
+    Pos *ps;
+    int n = positions(cg, w->rows, w->cols, &ps);
     for (int k = 0; k < n; k++) {
         LLVMValueRef r, c;
         coords(cg, ps[k], w->rows, w->cols, &r, &c);
@@ -710,8 +706,8 @@ static void emit_elementwise(Cg *cg, const Op *op) {
         ks[i] = elem_of(op->operands[i]);
     }
     Dist *r = dist_new(cg, rt->elem, rows, cols);
-    static Pos ps[MAXN];
-    int n = positions(cg, rows, cols, ps);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
         LLVMValueRef x[3];
         for (int i = 0; i < op->noperands; i++)
@@ -748,6 +744,16 @@ static LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValue
 
 /* Loads one element at off if inside, else gives fill (no branch: the address
  * is clamped to element 0). */
+/* The memref offset of position p of a rows×cols tile at the op's indices
+ * (operands from `first`), and whether it is inside the memref. */
+static LLVMValueRef tile_offset(Cg *cg, const Op *op, const Mem *m, int first, Pos p, int64_t rows, int64_t cols,
+                                LLVMValueRef *inside) {
+    LLVMValueRef r, c, co[8];
+    coords(cg, p, rows, cols, &r, &c);
+    mem_coords(cg, op, m, first, r, c, co);
+    return mem_offset(cg, m, co, inside);
+}
+
 static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMValueRef inside, LLVMValueRef fill) {
     LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
     LLVMValueRef v = load_elem(cg, m->elem, gep(cg, m->elem, m->ptr, safe));
@@ -792,13 +798,10 @@ static void emit_load(Cg *cg, const Op *op) {
     LLVMValueRef fill = scalar_is_float(rt->elem) ? fconst(cg, rt->elem, padv)
                                                   : LLVMConstInt(lty(cg, rt->elem), (unsigned long long)padv, 1);
     Dist *d = dist_new(cg, rt->elem, rows, cols);
-    static Pos ps[MAXN];
-    int n = positions(cg, rows, cols, ps);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
-        LLVMValueRef r, c, co[8], inside;
-        coords(cg, ps[k], rows, cols, &r, &c);
-        mem_coords(cg, op, m, 1, r, c, co);
-        LLVMValueRef off = mem_offset(cg, m, co, &inside);
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], rows, cols, &inside);
         dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, fill));
     }
     cv_put(cg, op->results[0], cv_dist(cg, d));
@@ -814,13 +817,10 @@ static void emit_store(Cg *cg, const Op *op) {
     if (cg->failed)
         return;
     LLVMValueRef own = owner(cg, rows, cols);
-    static Pos ps[MAXN];
-    int n = positions(cg, rows, cols, ps);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
-        LLVMValueRef r, c, co[8], inside;
-        coords(cg, ps[k], rows, cols, &r, &c);
-        mem_coords(cg, op, m, 2, r, c, co);
-        LLVMValueRef off = mem_offset(cg, m, co, &inside);
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
         LLVMValueRef v = cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
         store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
@@ -848,8 +848,8 @@ static void emit_gather(Cg *cg, const Op *op) {
     for (int i = 0; i < m->rank; i++)
         ix[i] = as_dist(cg, op, op->operands[1 + i]);
     Dist *d = dist_new(cg, rt->elem, rows, cols);
-    static Pos ps[MAXN];
-    int n = positions(cg, rows, cols, ps);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
         LLVMValueRef co[8], inside;
         for (int i = 0; i < m->rank; i++)
@@ -873,8 +873,8 @@ static void emit_splat_iota(Cg *cg, const Op *op) {
     }
     int axis = (int)op_attr(op, "axis")->i;
     Dist *d = dist_new(cg, rt->elem, rows, cols);
-    static Pos ps[MAXN];
-    int n = positions(cg, rows, cols, ps);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
         LLVMValueRef r, c;
         coords(cg, ps[k], rows, cols, &r, &c);
@@ -909,17 +909,17 @@ static void emit_reduce(Cg *cg, const Op *op) {
         cv_put(cg, op->results[0], cv_dist(cg, r));
         return;
     }
-    static Pos ps[MAXN];
-    int n = positions(cg, rows, cols, ps);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
     if (cg->lay == LAY_ACC) {
         /* in-thread over the row's elements, then across the lanes sharing the row */
-        LLVMValueRef acc[64] = {0};
+        LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, cg->mrep * 8);
         for (int k = 0; k < n; k++) {
             int s = ps[k].a * 8 + (ps[k].i & row_bits(cg));
             LLVMValueRef v = cast(cg, dist_get(cg, x, ps[k]), x->elem, rt->elem);
             acc[s] = acc[s] ? combine(cg, kind, rt->elem, acc[s], v) : v;
         }
-        for (int s = 0; s < 64; s++) {
+        for (int s = 0; s < cg->mrep * 8; s++) {
             if (!acc[s])
                 continue;
             LLVMValueRef v = acc[s];
@@ -1354,8 +1354,8 @@ static Cv *make_phis(Cg *cg, const Op *op, const Value *arg, Cv *init, Carried *
     if (t->kind == TY_TILE) {
         int64_t rows = t->dims[0].size, cols = t->dims[1].size;
         Dist *d = dist_new(cg, t->elem, rows, cols);
-        static Pos ps[MAXN];
-        int n = positions(cg, rows, cols, ps);
+        Pos *ps;
+        int n = positions(cg, rows, cols, &ps);
         c->phis = NEW_ARRAY(cg->a, LLVMValueRef, d->n);
         for (int k = 0; k < n; k++) {
             LLVMValueRef p = LLVMBuildPhi(cg->b, lty(cg, t->elem), "");
@@ -1396,8 +1396,8 @@ static void incoming(Cg *cg, const Op *op, Carried *c, const Value *src_val, Cv 
     if (c->cv->kind == CV_DIST) {
         Dist *d = c->cv->d;
         Dist *s = src->kind == CV_DIST ? src->d : as_dist(cg, op, src_val);
-        static Pos ps[MAXN];
-        int n = positions(cg, d->rows, d->cols, ps);
+        Pos *ps;
+        int n = positions(cg, d->rows, d->cols, &ps);
         for (int k = 0; k < n; k++) {
             LLVMValueRef v = cast(cg, dist_get(cg, s, ps[k]), s->elem, d->elem);
             LLVMValueRef phi = dist_get(cg, d, ps[k]);
