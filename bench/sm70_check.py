@@ -258,6 +258,24 @@ def binding_errors(rep, tmp):
     with open(bad, "w") as f:
         f.write("mlp m(x: f16[T]) -> (y: f16[T]) { y = x +; }\n")
     expect("compile error", lambda: attnc.compile(bad, output=os.path.join(tmp, "bad.ptx")), "error:")
+    # on a side stream: the input is written on that stream behind a long
+    # chain of matmuls; a kernel launched on any other stream would read the
+    # zeros that were there before
+    side = torch.cuda.Stream()
+    x = (torch.rand(1, 4, 300, 64, device="cuda") * 2 - 1).half()
+    xs = torch.zeros_like(x)
+    big = torch.rand(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        for _ in range(30):
+            big = big @ big / 4096
+        xs.copy_(x)
+        o_side = mod.run(name, xs, xs, xs)
+    side.synchronize()
+    torch.cuda.synchronize()
+    o_ref, _ = attention_ref(x, x, x, 1 / 8, None, None, torch.float64)
+    e = max_err(o_side, o_ref)
+    rep.expect("binding: current torch stream", e < 1e-3, f"input written on a side stream, kernel run there: err {e:.2e}")
     o = mod.run(name, q, q, q)
     rep.expect("binding: outputs allocated", o.shape == q.shape and o.dtype == torch.half and bool(
         torch.isfinite(o).all()), f"{tuple(o.shape)} {o.dtype}")

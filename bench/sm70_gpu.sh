@@ -19,9 +19,9 @@ tail -3 "$OUT/numerics.log"
 step embed
 $KIT/attnc examples/mha.attn -arch sm_70 -o /tmp/attn.ptx && $KIT/attnc-embed /tmp/attn.ptx 2 1000 || status=1
 step "HBM traffic (ncu): mha, B=4 H=16 N=4096 D=64; minimum = q+k+v read, o written = 134217728 bytes"
-/usr/local/cuda/bin/ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv \
+/usr/local/cuda/bin/ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum --csv \
   $KIT/attnc-embed /tmp/attn.ptx 4 4096 > "$OUT/ncu-mha.csv" 2>&1 || status=1
-grep -E "dram__|gpu__time" "$OUT/ncu-mha.csv" | awk -F'","' '{print $(NF-2), $(NF-1), $NF}'
+grep -E "dram__|gpu__time|l1tex__" "$OUT/ncu-mha.csv" | awk -F'","' '{print $(NF-2), $(NF-1), $NF}'
 SAN=/usr/local/cuda/bin/compute-sanitizer
 for tool in memcheck racecheck; do
   step "compute-sanitizer $tool"
