@@ -1166,17 +1166,50 @@ static void emit_trans(Cg *cg, const Op *op) {
 
 /* ---- shared memory, register prefetch -------------------------------------------- */
 
-/* Padded row-major strides: 16 bytes more per row. */
+/* Whether the fragment loads of one half-warp (16 lanes, 8 bytes each: one
+ * wavefront when conflict-free) hit 16 different banks, with `stride` f16
+ * between rows. Two patterns: 8 rows r + 8j (+4h) at one column (A .row, B
+ * .col), and rows r at two columns 8 apart (B .row, A .col). */
+static bool conflict_free(int64_t stride) {
+    for (int h = 0; h < 2; h++)
+        for (int pattern = 0; pattern < 2; pattern++) {
+            unsigned used = 0;
+            for (int r = 0; r < 4; r++)
+                for (int j = 0; j < 2; j++) {
+                    int64_t half = pattern == 0 ? (r + 8 * j + 4 * h) * stride : r * stride + 8 * j + 4 * h;
+                    unsigned banks = 3u << ((half / 2) % 32);   /* an 8-byte word: two banks */
+                    if (used & banks)
+                        return false;
+                    used |= banks;
+                }
+        }
+    return true;
+}
+
+/* The row stride (in f16) of a shared tile `cols` wide: the least padding,
+ * in 8-byte steps, that makes the fragment loads conflict-free (12 for 32
+ * columns and more: a 16-byte pad leaves 2-way conflicts). */
+static int64_t shared_stride(int64_t cols) {
+    for (int64_t pad = 0; pad < 64; pad += 4)
+        if (conflict_free(cols + pad))
+            return cols + pad;
+    return cols + 8;
+}
+
+/* Row-major strides, rows padded (shared_stride) for f16. */
 static Mem *shared_mem(Cg *cg, const Type *t) {
     Mem *m = NEW(cg->a, Mem);
     m->elem = t->elem;
     m->shared = true;
     m->rank = t->rank;
-    int64_t s = 1, pad = 16 / esize(t->elem);
+    int64_t s = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
         m->cdims[d] = t->dims[d].size;
         m->cstrides[d] = s;
-        s *= t->dims[d].size + (d == t->rank - 1 && t->rank >= 2 ? pad : 0);
+        if (d == t->rank - 1 && t->rank >= 2)
+            s = t->elem == SK_F16 ? shared_stride(t->dims[d].size) : t->dims[d].size + 16 / esize(t->elem);
+        else
+            s *= t->dims[d].size;
     }
     for (int d = 0; d < t->rank; d++) {
         m->dims[d] = ci64(cg, m->cdims[d]);
@@ -1255,7 +1288,8 @@ static void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride) {
         if (total % cg->threads)
             join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
         LLVMValueRef s = LLVMBuildStore(cg->b, t->regs[j], gep(cg, SK_F16, base, off));
-        LLVMSetAlignment(s, (unsigned)(t->vec * 2));
+        int64_t row_align = (stride * 2) & -(stride * 2);   /* rows start this aligned */
+        LLVMSetAlignment(s, (unsigned)(row_align < t->vec * 2 ? row_align : t->vec * 2));
         if (join)
             if_end(cg, join);
     }
@@ -1299,7 +1333,7 @@ static void emit_wait(Cg *cg, const Op *op) {
 
 /* A global tile feeding a dot: copied once into a shared scratch. */
 static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
-    int64_t stride = w->cols + 8;
+    int64_t stride = shared_stride(w->cols);
     cg->owner = op->results[0];
     LLVMValueRef base = smem_alloc(cg, w->rows * stride * 2);
     cg->owner = NULL;
