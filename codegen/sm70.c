@@ -96,7 +96,7 @@ typedef struct Cg {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     LLVMValueRef fn, smem;
-    LLVMTypeRef i1, i16, i32, i64, f16, f32, v2f16, p1, p3;
+    LLVMTypeRef i1, i16, i32, i64, f16, f32, v2f16, p1;
     const KernelSpec *spec;
     Map vals;            /* Value* -> Cv* */
     /* the layout */
@@ -1236,7 +1236,7 @@ static void emit_alloc(Cg *cg, const Op *op) {
 
 /* Vector width of a copy of rows×cols from m: 8 f16 (16 bytes) when the tile's
  * columns run along m's innermost, numeric, dim. */
-static int copy_vec(const Mem *m, const Op *op, int64_t cols, int inner_axis_dim, int64_t inner_size) {
+static int copy_vec(const Mem *m, int64_t cols, int inner_axis_dim, int64_t inner_size) {
     if (m->elem != SK_F16 || inner_axis_dim != m->rank - 1 || inner_size <= 0)
         return 1;
     for (int v = 8; v > 1; v /= 2)
@@ -1253,7 +1253,7 @@ static Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, in
     Token *t = NEW(cg->a, Token);
     t->rows = rows;
     t->cols = cols;
-    t->vec = copy_vec(src, op, cols, (int)dims->elems[1]->i, inner_size);
+    t->vec = copy_vec(src, cols, (int)dims->elems[1]->i, inner_size);
     int64_t total = rows * cols / t->vec;
     t->nregs = (int)((total + cg->threads - 1) / cg->threads);
     t->regs = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)t->nregs);
@@ -1610,7 +1610,6 @@ bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, 
     cg->f32 = LLVMFloatTypeInContext(ctx);
     cg->v2f16 = LLVMVectorType(cg->f16, 2);
     cg->p1 = LLVMPointerTypeInContext(ctx, 1);
-    cg->p3 = LLVMPointerTypeInContext(ctx, 3);
     const Op *launch = k->launch;
     const Block *body = launch->regions[0].blocks[0];
 
