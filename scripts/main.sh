@@ -29,7 +29,11 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
   echo "==> running on the GPU: $(nvidia-smi -L | head -1)"
   sh bench/gpu_kit.sh build >/dev/null
   LD_LIBRARY_PATH=$PWD/gpu-kit gpu-kit/attnc-embed build/examples/mha.ptx 2 1000 || status=1
-  python3 bench/sm70_check.py --kit gpu-kit --out build/sm70-check --quick | tail -3 || status=1
+  if python3 bench/sm70_check.py --kit gpu-kit --out build/sm70-check --quick > build/sm70-check.log 2>&1; then
+    tail -2 build/sm70-check.log
+  else
+    grep -E "^FAIL|Error|error" build/sm70-check.log | head -20; tail -3 build/sm70-check.log; status=1
+  fi
 else
   echo "==> no GPU here: running every example on the CPU interpreter (sm_70 pipeline)"
   small="-D DIM=64 -D FF=96 -D HIDDEN=64 -D N=113 -D T=113 -D NQ=113 -D NK=77"
