@@ -186,6 +186,21 @@ def attention_cases(rep, kit, tmp, quick):
         mod = compile_src(kit, tmp, name, attention_src(name, 8, 2, 128, acc, "j <= i", None, False))
         for N in Ns:
             run_attention(rep, mod, name, name, 2, 8, 2, N, N, 128, acc, 1 / math.sqrt(128), causal, None, False)
+    # GQA with symbolic head counts: the kernel maps heads from the dims it is
+    # passed, and the runtime checks H % HKV == 0 (from the manifest)
+    name = "gqa_symbolic"
+    src = ("attention gqa_symbolic(q: f16[B, H, N, 64], k: f16[B, HKV, N, 64], v: f16[B, HKV, N, 64])\n"
+           "    -> (o: f16[B, H, N, 64], lse: f32[B, H, N]) { mask(b, h, i, j) = j <= i; }\n")
+    mod = compile_src(kit, tmp, name, src)
+    for H, HKV, N in ((8, 2, 113), (6, 3, 1000), (4, 4, 17)):
+        run_attention(rep, mod, name, f"{name} H{H}/{HKV}", 2, H, HKV, N, N, 64, "f32", 1 / 8, causal, None, False)
+    x = torch.zeros(1, 8, 5, 64, device="cuda", dtype=torch.half)
+    y = torch.zeros(1, 3, 5, 64, device="cuda", dtype=torch.half)
+    try:
+        mod.run(name, x, y, y)
+        rep.expect("gqa_symbolic H8/3 refused", False, "no error raised")
+    except attnc.AttncError as e:
+        rep.expect("gqa_symbolic H8/3 refused", "not a multiple of kv heads" in str(e), str(e)[:110])
     # cross-attention, NQ != NK, causal (top-left aligned, as the DSL reads) and not
     for is_causal in (False, True):
         name = f"cross_d64{'_causal' if is_causal else ''}"

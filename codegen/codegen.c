@@ -33,6 +33,15 @@ static bool host_expr(Diag *d, StrBuf *sb, const Value *v) {
     case OP_MUL: bin = "*"; break;
     case OP_FLOORDIV: bin = "/"; break;
     case OP_REM: bin = "%"; break;
+    case OP_AND: bin = "&&"; break;
+    case OP_OR: bin = "||"; break;
+    case OP_CMP: {
+        static const char *preds[][2] = {{"eq", "=="}, {"ne", "!="}, {"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="}};
+        for (size_t i = 0; i < sizeof preds / sizeof *preds; i++)
+            if (strcmp(op_attr(op, "pred")->s, preds[i][0]) == 0)
+                bin = preds[i][1];
+        break;
+    }
     case OP_MIN: case OP_MAX:
         fprintf(sb->f, "%s(", op->kind == OP_MIN ? "min" : "max");
         if (!host_expr(d, sb, op->operands[0]))
@@ -43,7 +52,7 @@ static bool host_expr(Diag *d, StrBuf *sb, const Value *v) {
         fputc(')', sb->f);
         return true;
     default:
-        op_diag(d, NULL, op, "codegen: a grid size must be index arithmetic on the dims");
+        op_diag(d, NULL, op, "codegen: a grid size or a check must be index arithmetic on the dims");
         return false;
     }
     fputc('(', sb->f);
@@ -115,8 +124,19 @@ static bool block(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, cons
     for_each_op(op, body) {
         switch (op->kind) {
         case OP_CONSTANT: case OP_DIM: case OP_ADD: case OP_SUB: case OP_MUL: case OP_FLOORDIV:
-        case OP_REM: case OP_MIN: case OP_MAX: case OP_RETURN:
+        case OP_REM: case OP_MIN: case OP_MAX: case OP_CMP: case OP_AND: case OP_OR: case OP_RETURN:
             continue;   /* host arithmetic: read through host_expr */
+        case OP_ASSERT: {   /* a check of the dims, made by the runtime before launching */
+            StrBuf cond;
+            strbuf_open(&cond);
+            bool ok = host_expr(d, &cond, op->operands[0]);
+            char *text = strbuf_finish(&cond, a, NULL);
+            if (!ok)
+                return false;
+            Attr *msg = op_attr(op, "message");
+            fprintf(man, "// assert %s %s\n", text, msg ? msg->s : "a shape check failed");
+            continue;
+        }
         case OP_LAUNCH: break;
         default:
             op_diag(d, NULL, op,

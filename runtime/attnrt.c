@@ -55,8 +55,14 @@ typedef struct KernelSpec {
     void *fn;             /* CUfunction, once loaded */
 } KernelSpec;
 
+typedef struct Assert {
+    char expr[256], message[256];
+} Assert;
+
 typedef struct Block {
     char name[MAX_NAME];
+    int nasserts;
+    Assert asserts[8];
     int ndims;
     char dims[MAX_DIMS][MAX_NAME];
     int ntensors;
@@ -196,6 +202,13 @@ static int parse_manifest(attnrt_module *m) {
                     return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, words[i]);
                 k->args[k->nargs++] = t;
             }
+        } else if (strcmp(words[0], "assert") == 0 && nw >= 3 && cur->nasserts < 8) {
+            Assert *as = &cur->asserts[cur->nasserts++];
+            snprintf(as->expr, sizeof as->expr, "%s", words[1]);
+            as->message[0] = 0;
+            for (int i = 2; i < nw; i++)
+                snprintf(as->message + strlen(as->message), sizeof as->message - strlen(as->message), "%s%s",
+                         i > 2 ? " " : "", words[i]);
         } else if (strcmp(words[0], "end") == 0) {
             cur = NULL;
         } else {
@@ -343,6 +356,138 @@ static int64_t *lookup(Binding *bd, const char *name) {
     return NULL;
 }
 
+/* ---- grids: the manifest's expressions over the dims ------------------------------- */
+
+typedef struct Expr {
+    const char *p;
+    Binding *bd;
+    bool bad;
+} Expr;
+
+static int64_t expr_sum(Expr *e);
+static int64_t expr_logic(Expr *e);
+
+static int64_t expr_atom(Expr *e) {
+    const char *p = e->p;
+    if (*p == '(') {
+        e->p++;
+        int64_t v = expr_logic(e);
+        if (*e->p != ')')
+            e->bad = true;
+        else
+            e->p++;
+        return v;
+    }
+    if (*p >= '0' && *p <= '9') {
+        char *end;
+        int64_t v = strtoll(p, &end, 10);
+        e->p = end;
+        return v;
+    }
+    char name[MAX_NAME];
+    int n = 0;
+    while ((p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+            (p[n] >= '0' && p[n] <= '9')) && n < MAX_NAME - 1)
+        n++;
+    if (n == 0) {
+        e->bad = true;
+        return 0;
+    }
+    memcpy(name, p, (size_t)n);
+    name[n] = 0;
+    e->p = p + n;
+    if ((strcmp(name, "min") == 0 || strcmp(name, "max") == 0) && *e->p == '(') {
+        e->p++;
+        int64_t x = expr_sum(e);
+        if (*e->p++ != ',')
+            e->bad = true;
+        int64_t y = expr_sum(e);
+        if (*e->p++ != ')')
+            e->bad = true;
+        return name[1] == 'i' ? (x < y ? x : y) : (x > y ? x : y);
+    }
+    int64_t *v = lookup(e->bd, name);
+    if (!v)
+        e->bad = true;
+    return v ? *v : 0;
+}
+
+static int64_t floordiv(int64_t x, int64_t y) {
+    int64_t q = x / y;
+    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
+}
+
+static int64_t expr_prod(Expr *e) {
+    int64_t v = expr_atom(e);
+    while (*e->p == '*' || *e->p == '/' || *e->p == '%') {
+        char op = *e->p++;
+        int64_t r = expr_atom(e);
+        if (op == '*')
+            v *= r;
+        else if (r == 0)
+            e->bad = true;
+        else
+            v = op == '/' ? floordiv(v, r) : v - floordiv(v, r) * r;
+    }
+    return v;
+}
+
+static int64_t expr_sum(Expr *e) {
+    int64_t v = expr_prod(e);
+    while (*e->p == '+' || *e->p == '-') {
+        char op = *e->p++;
+        int64_t r = expr_prod(e);
+        v = op == '+' ? v + r : v - r;
+    }
+    return v;
+}
+
+/* Comparisons give 1 or 0; && and || combine them (no short cut needed:
+ * the operands are pure). */
+static int64_t expr_cmp(Expr *e) {
+    int64_t v = expr_sum(e);
+    static const char *ops[] = {"==", "!=", "<=", ">=", "<", ">"};
+    for (int i = 0; i < 6; i++)
+        if (strncmp(e->p, ops[i], strlen(ops[i])) == 0) {
+            e->p += strlen(ops[i]);
+            int64_t r = expr_sum(e);
+            switch (i) {
+            case 0: return v == r;
+            case 1: return v != r;
+            case 2: return v <= r;
+            case 3: return v >= r;
+            case 4: return v < r;
+            default: return v > r;
+            }
+        }
+    return v;
+}
+
+static int64_t expr_logic(Expr *e) {
+    int64_t v = expr_cmp(e);
+    while (strncmp(e->p, "&&", 2) == 0 || strncmp(e->p, "||", 2) == 0) {
+        bool and = e->p[0] == '&';
+        e->p += 2;
+        int64_t r = expr_cmp(e);
+        v = and ? (v && r) : (v || r);
+    }
+    return v;
+}
+
+static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
+    for (int g = 0; g < 3; g++) {
+        Expr e = {k->grid[g], bd, false};
+        grid[g] = expr_sum(&e);
+        if (e.bad || *e.p)
+            return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
+                        k->grid[g]);
+        if (grid[g] < 0 || grid[g] > (g == 0 ? 2147483647LL : 65535))
+            return fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
+                        b->name, k->name, (long long)grid[g], k->grid[g]);
+    }
+    return ATTNRT_OK;
+}
+
 static void shape_text(const TensorSpec *t, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "%s[", attnrt_dtype_name(t->dtype));
     for (int i = 0; i < t->rank && k < n; i++) {
@@ -431,6 +576,20 @@ static int check_all(const Block *b, const attnrt_tensor *in, int nin, const att
     for (int i = 0; i < b->ndims; i++)
         if (!lookup(bd, b->dims[i]))
             return fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s is not bound by any input", b->name, b->dims[i]);
+    for (int i = 0; i < b->nasserts; i++) {
+        Expr e = {b->asserts[i].expr, bd, false};
+        int64_t holds = expr_logic(&e);
+        if (e.bad || *e.p)
+            return fail(ATTNRT_ERROR_MANIFEST, "block '%s': bad check '%s'", b->name, b->asserts[i].expr);
+        if (!holds) {
+            char dims[256] = "";
+            for (int d = 0; d < bd->n; d++)
+                snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%s = %lld", d ? ", " : "",
+                         bd->names[d], (long long)bd->values[d]);
+            return fail(ATTNRT_ERROR_ARGUMENT, "block '%s': %s (%s; the check is %s)", b->name,
+                        b->asserts[i].message, dims, b->asserts[i].expr);
+        }
+    }
     return ATTNRT_OK;
 }
 
@@ -472,105 +631,6 @@ int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tens
         if (!dev)
             return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': %p is not a CUDA device pointer",
                         i < ninputs ? "input" : "output", s->name, b->name, x->data);
-    }
-    return ATTNRT_OK;
-}
-
-/* ---- grids: the manifest's expressions over the dims ------------------------------- */
-
-typedef struct Expr {
-    const char *p;
-    Binding *bd;
-    bool bad;
-} Expr;
-
-static int64_t expr_sum(Expr *e);
-
-static int64_t expr_atom(Expr *e) {
-    const char *p = e->p;
-    if (*p == '(') {
-        e->p++;
-        int64_t v = expr_sum(e);
-        if (*e->p != ')')
-            e->bad = true;
-        else
-            e->p++;
-        return v;
-    }
-    if (*p >= '0' && *p <= '9') {
-        char *end;
-        int64_t v = strtoll(p, &end, 10);
-        e->p = end;
-        return v;
-    }
-    char name[MAX_NAME];
-    int n = 0;
-    while ((p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
-            (p[n] >= '0' && p[n] <= '9')) && n < MAX_NAME - 1)
-        n++;
-    if (n == 0) {
-        e->bad = true;
-        return 0;
-    }
-    memcpy(name, p, (size_t)n);
-    name[n] = 0;
-    e->p = p + n;
-    if ((strcmp(name, "min") == 0 || strcmp(name, "max") == 0) && *e->p == '(') {
-        e->p++;
-        int64_t x = expr_sum(e);
-        if (*e->p++ != ',')
-            e->bad = true;
-        int64_t y = expr_sum(e);
-        if (*e->p++ != ')')
-            e->bad = true;
-        return name[1] == 'i' ? (x < y ? x : y) : (x > y ? x : y);
-    }
-    int64_t *v = lookup(e->bd, name);
-    if (!v)
-        e->bad = true;
-    return v ? *v : 0;
-}
-
-static int64_t floordiv(int64_t x, int64_t y) {
-    int64_t q = x / y;
-    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
-}
-
-static int64_t expr_prod(Expr *e) {
-    int64_t v = expr_atom(e);
-    while (*e->p == '*' || *e->p == '/' || *e->p == '%') {
-        char op = *e->p++;
-        int64_t r = expr_atom(e);
-        if (op == '*')
-            v *= r;
-        else if (r == 0)
-            e->bad = true;
-        else
-            v = op == '/' ? floordiv(v, r) : v - floordiv(v, r) * r;
-    }
-    return v;
-}
-
-static int64_t expr_sum(Expr *e) {
-    int64_t v = expr_prod(e);
-    while (*e->p == '+' || *e->p == '-') {
-        char op = *e->p++;
-        int64_t r = expr_prod(e);
-        v = op == '+' ? v + r : v - r;
-    }
-    return v;
-}
-
-static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
-    for (int g = 0; g < 3; g++) {
-        Expr e = {k->grid[g], bd, false};
-        grid[g] = expr_sum(&e);
-        if (e.bad || *e.p)
-            return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
-                        k->grid[g]);
-        if (grid[g] < 0 || grid[g] > (g == 0 ? 2147483647LL : 65535))
-            return fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
-                        b->name, k->name, (long long)grid[g], k->grid[g]);
     }
     return ATTNRT_OK;
 }

@@ -3,7 +3,10 @@
  * valid call fails with a clear error. Prints one line per case for
  * FileCheck (test/runtime/validate.test).
  *
- *   attnrt-unit MHA_PTX
+ *   attnrt-unit MHA_PTX [GQA_PTX]
+ *
+ * GQA_PTX: a block g(q: f16[B, H, N, 64], k, v: f16[B, HKV, N, 64]) whose
+ * manifest checks that H is a multiple of HKV.
  */
 #include <stdio.h>
 #include <string.h>
@@ -75,5 +78,18 @@ int main(int argc, char **argv) {
     report("run-without-cuda", attnrt_run(m, "mha", in, 3, out, 1, NULL));
     report("malloc-without-cuda", attnrt_malloc(&(void *){0}, 16));
     attnrt_unload(m);
+    if (argc > 2) {
+        if (attnrt_load_file(argv[2], &m)) {
+            fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
+            return 1;
+        }
+        attnrt_tensor g[4] = {t4(buf[0], ATTNRT_F16, 1, 8, 3, 64), t4(buf[1], ATTNRT_F16, 1, 2, 3, 64),
+                              t4(buf[2], ATTNRT_F16, 1, 2, 3, 64), t4(buf[3], ATTNRT_F16, 1, 8, 3, 64)};
+        report("heads-8-2", attnrt_validate(m, "g", g, 3, &g[3], 1, 0));
+        g[1] = t4(buf[1], ATTNRT_F16, 1, 3, 3, 64);
+        g[2] = t4(buf[2], ATTNRT_F16, 1, 3, 3, 64);
+        report("heads-8-3", attnrt_validate(m, "g", g, 3, &g[3], 1, 0));
+        attnrt_unload(m);
+    }
     return 0;
 }
