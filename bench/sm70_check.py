@@ -388,6 +388,17 @@ def mlp_cases(rep, kit, tmp, quick):
     for N in ([17, 1000] if quick else [17, 1000, 2049]):
         run_attention(rep, mod, "self_attn", "decoder_layer self_attn", 2, 4, 2, N, N, DIM // 4, "f32",
                       1 / math.sqrt(DIM // 4), causal, None, False)
+    # rows narrower than a block's 128 threads (RMSNorm over 96): the last
+    # column slot runs past the row
+    DIM, FF = 96, 160
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "decoder_layer.attn")).read(),
+                        {"DIM": DIM, "FF": FF, "HEADS": 2, "KV_HEADS": 1})
+    mod = compile_src(kit, tmp, "decoder_narrow", src)
+    for T in (17, 113):
+        x, at, wo, nw = rnd(T, DIM), rnd(T, DIM), rnd(DIM, DIM, scale=DIM ** -0.5), rnd(DIM)
+        wg, wu, wd = rnd(DIM, FF, scale=DIM ** -0.5), rnd(DIM, FF, scale=DIM ** -0.5), rnd(FF, DIM, scale=FF ** -0.5)
+        check("decoder_layer post_attn DIM=96", mod, "post_attn", [x, at, wo, nw, wg, wu, wd], [(T, DIM)], ref, "f32",
+              FF)
 
 
 # ---- compiling ------------------------------------------------------------------

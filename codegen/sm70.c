@@ -476,7 +476,10 @@ static LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef 
 /* ---- layouts ------------------------------------------------------------------ */
 
 static int nrep_of(Cg *cg, int64_t cols) { return (int)(cols / 16); }
-static int64_t cslots(Cg *cg, int64_t cols) { return cols / cg->threads; }   /* BLOCKED */
+/* BLOCKED: column slots per thread; the last may run past the row (col >=
+ * cols), where loads read the pad, stores fall outside the memref, and
+ * reductions take their identity. */
+static int64_t cslots(Cg *cg, int64_t cols) { return (cols + cg->threads - 1) / cg->threads; }
 
 /* Accumulator element i: which bits of i pick the row / the column. */
 static int row_bits(Cg *cg) { return cg->acc16 ? 0 : 2; }
@@ -490,9 +493,6 @@ static bool shape_ok(Cg *cg, const Op *op, int64_t rows, int64_t cols) {
         return true;
     if (cg->lay == LAY_ACC && cols % 16)
         return err(cg, op, "%s", arena_printf(cg->a, "tile width %lld is not a multiple of 16", (long long)cols));
-    if (cg->lay == LAY_BLOCKED && cols % cg->threads)
-        return err(cg, op, "%s",
-                   arena_printf(cg->a, "row width %lld is not a multiple of %d threads", (long long)cols, cg->threads));
     return true;
 }
 
@@ -937,6 +937,12 @@ static void emit_reduce(Cg *cg, const Op *op) {
         LLVMValueRef v = NULL;
         for (int64_t j = 0; j < cslots(cg, cols); j++) {
             LLVMValueRef e = cast(cg, dist_get(cg, x, (Pos){(int)row, (int)j, 0}), x->elem, SK_F32);
+            if ((j + 1) * cg->threads > cols) {   /* past the row's end: the identity */
+                double id = strcmp(kind, "sum") == 0 ? 0 : strcmp(kind, "max") == 0 ? -INFINITY : INFINITY;
+                LLVMValueRef col = add(cg, ci64(cg, j * cg->threads), zext64(cg, cg->tid));
+                e = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, col, ci64(cg, cols), ""), e,
+                                    fconst(cg, SK_F32, id), "");
+            }
             v = v ? combine(cg, kind, SK_F32, v, e) : e;
         }
         for (int m = 16; m >= 1; m /= 2)
