@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "codegen/cg.h"
+#include "passes/passes.h"
 
 /* Buffer names: func args are the inputs, launch results the outputs (when
  * returned) or temporaries. */
@@ -191,6 +192,10 @@ bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit
         diag_plain(d, "no code generator for target '%s' yet (codegen targets: sm_70)", arch);
         return false;
     }
+    /* the target lowering: layouts and operand paths, as nv.* attributes */
+    PassContext pctx = {.arena = a, .diag = d, .arch = arch};
+    if (!pass_sm70_layout(module, &pctx))
+        return false;
     LLVMContextRef ctx = LLVMContextCreate();
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("attnc", ctx);
     StrBuf man;

@@ -760,7 +760,6 @@ static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMVal
     return LLVMBuildSelect(cg->b, inside, v, fill, "");
 }
 
-static bool used_only_by_dot(const Block *top, const Value *v);
 
 static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
 
@@ -770,10 +769,7 @@ static void emit_load(Cg *cg, const Op *op) {
         return;
     const Type *rt = op->results[0]->type;
     int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
-    Attr *dims = op_attr(op, "dims");
-    bool plain2d = dims->n == 2 && dims->elems[0]->i == m->rank - 2 && dims->elems[1]->i == m->rank - 1;
-    if (used_only_by_dot(cg->top, op->results[0]) && plain2d && m->elem == SK_F16 &&
-        rows % 4 == 0 && cols % 4 == 0) {
+    if (op_attr(op, "nv.operand")) {   /* sm70-layout: the dots read it from shared memory */
         View *w = NEW(cg->a, View);
         w->rows = rows;
         w->cols = cols;
@@ -1125,8 +1121,13 @@ static void emit_dot(Cg *cg, const Op *op) {
         }
         for (int b = 0; b < nb; b++)
             frag_b_view(cg, cb->view, b, ks, bfr[b], &blay);
-        const char *name = arena_printf(cg->a, "llvm.nvvm.mma.m8n8k4.%s.%s.%s.%s", alay, blay,
-                                        f16acc ? "f16" : "f32", f16acc ? "f16" : "f32");
+        const char *acc_t = f16acc ? "f16" : "f32";
+        const char *name = arena_printf(cg->a, "llvm.nvvm.mma.m8n8k4.%s.%s.%s.%s", alay, blay, acc_t, acc_t);
+        Attr *mma = op_attr(op, "nv.mma");
+        if (ks == 0 && (!mma || strcmp(mma->s, arena_printf(cg->a, "m8n8k4.%s.%s.%s", alay, blay, acc_t)) != 0)) {
+            err(cg, op, "internal error: the fragments disagree with nv.mma '%s'", mma ? mma->s : "(none)");
+            return;
+        }
         for (int a = 0; a < cg->mrep; a++)
             for (int b = 0; b < nb; b++) {
                 LLVMValueRef args[12] = {afr[a][0], afr[a][1], bfr[b][0], bfr[b][1]};
@@ -1172,38 +1173,9 @@ static void emit_trans(Cg *cg, const Op *op) {
 
 /* ---- shared memory, register prefetch -------------------------------------------- */
 
-/* Whether the fragment loads of one half-warp (16 lanes, 8 bytes each: one
- * wavefront when conflict-free) hit 16 different banks, with `stride` f16
- * between rows. Two patterns: 8 rows r + 8j (+4h) at one column (A .row, B
- * .col), and rows r at two columns 8 apart (B .row, A .col). */
-static bool conflict_free(int64_t stride) {
-    for (int h = 0; h < 2; h++)
-        for (int pattern = 0; pattern < 2; pattern++) {
-            unsigned used = 0;
-            for (int r = 0; r < 4; r++)
-                for (int j = 0; j < 2; j++) {
-                    int64_t half = pattern == 0 ? (r + 8 * j + 4 * h) * stride : r * stride + 8 * j + 4 * h;
-                    unsigned banks = 3u << ((half / 2) % 32);   /* an 8-byte word: two banks */
-                    if (used & banks)
-                        return false;
-                    used |= banks;
-                }
-        }
-    return true;
-}
-
-/* The row stride (in f16) of a shared tile `cols` wide: the least padding,
- * in 8-byte steps, that makes the fragment loads conflict-free (12 for 32
- * columns and more: a 16-byte pad leaves 2-way conflicts). */
-static int64_t shared_stride(int64_t cols) {
-    for (int64_t pad = 0; pad < 64; pad += 4)
-        if (conflict_free(cols + pad))
-            return cols + pad;
-    return cols + 8;
-}
-
-/* Row-major strides, rows padded (shared_stride) for f16. */
-static Mem *shared_mem(Cg *cg, const Type *t) {
+/* Row-major strides; f16 rows padded to `row_stride` (sm70-layout's choice),
+ * others by 16 bytes. */
+static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride) {
     Mem *m = NEW(cg->a, Mem);
     m->elem = t->elem;
     m->shared = true;
@@ -1213,7 +1185,7 @@ static Mem *shared_mem(Cg *cg, const Type *t) {
         m->cdims[d] = t->dims[d].size;
         m->cstrides[d] = s;
         if (d == t->rank - 1 && t->rank >= 2)
-            s = t->elem == SK_F16 ? shared_stride(t->dims[d].size) : t->dims[d].size + 16 / esize(t->elem);
+            s = row_stride > 0 ? row_stride : t->dims[d].size + 16 / esize(t->elem);
         else
             s *= t->dims[d].size;
     }
@@ -1235,7 +1207,8 @@ static void emit_alloc(Cg *cg, const Op *op) {
     Cv *c = NEW(cg->a, Cv);
     c->kind = CV_MEM;
     cg->owner = op->results[0];
-    c->mem = shared_mem(cg, t);
+    Attr *stride = op_attr(op, "nv.row_stride");
+    c->mem = shared_mem(cg, t, stride ? stride->i : 0);
     cg->owner = NULL;
     cv_put(cg, op->results[0], c);
 }
@@ -1339,7 +1312,7 @@ static void emit_wait(Cg *cg, const Op *op) {
 
 /* A global tile feeding a dot: copied once into a shared scratch. */
 static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
-    int64_t stride = shared_stride(w->cols);
+    int64_t stride = op_attr(op, "nv.row_stride")->i;
     cg->owner = op->results[0];
     LLVMValueRef base = smem_alloc(cg, w->rows * stride * 2);
     cg->owner = NULL;
@@ -1348,34 +1321,6 @@ static void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
     barrier(cg);
     w->base = base;
     w->stride = stride;
-}
-
-/* Whether v has uses in blk (counted in *count) and every one is a tile.dot
- * operand, possibly through tile.trans. */
-static bool uses_ok(const Block *top, const Value *v, const Block *blk, int *count) {
-    for (const Op *o = blk->first; o; o = o->next) {
-        for (int i = 0; i < o->noperands; i++)
-            if (o->operands[i] == v) {
-                (*count)++;
-                if (o->kind == OP_TRANS) {
-                    if (!used_only_by_dot(top, o->results[0]))
-                        return false;
-                } else if (!(o->kind == OP_DOT && i < 2)) {
-                    return false;
-                }
-            }
-        for (int r = 0; r < o->nregions; r++)
-            for (int k = 0; k < o->regions[r].nblocks; k++)
-                if (!uses_ok(top, v, o->regions[r].blocks[k], count))
-                    return false;
-    }
-    return true;
-}
-
-/* Whether v is used, and only as a tile.dot operand, in the launch body top. */
-static bool used_only_by_dot(const Block *top, const Value *v) {
-    int n = 0;
-    return uses_ok(top, v, top, &n) && n > 0;
 }
 
 /* ---- control flow --------------------------------------------------------------- */
@@ -1583,26 +1528,6 @@ static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
 
 /* ---- the kernel ----------------------------------------------------------------- */
 
-static void scan_tiles(const Block *blk, int64_t *rows, int64_t *mrows, int *dots, ScalarKind *acc, bool *bf16) {
-    for (const Op *o = blk->first; o; o = o->next) {
-        for (int i = 0; i < o->nresults; i++) {
-            const Type *t = o->results[i]->type;
-            if (t->kind == TY_TILE && t->rank == 2 && t->dims[0].size > *rows)
-                *rows = t->dims[0].size;
-            if ((t->kind == TY_TILE || t->kind == TY_MEMREF) && t->elem == SK_BF16)
-                *bf16 = true;
-        }
-        if (o->kind == OP_DOT) {
-            (*dots)++;
-            *acc = o->results[0]->type->elem;
-            *mrows = o->results[0]->type->dims[0].size;
-        }
-        for (int r = 0; r < o->nregions; r++)
-            for (int k = 0; k < o->regions[r].nblocks; k++)
-                scan_tiles(o->regions[r].blocks[k], rows, mrows, dots, acc, bf16);
-    }
-}
-
 bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                       KernelInfo *info) {
     Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k};
@@ -1619,32 +1544,16 @@ bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, 
     const Op *launch = k->launch;
     const Block *body = launch->regions[0].blocks[0];
 
-    /* the layout */
-    int64_t rows = 0, mrows = 0;   /* the widest tile; the rows of the dots */
-    int dots = 0;
-    ScalarKind acc = SK_F32;
-    bool bf16 = false;
-    scan_tiles(body, &rows, &mrows, &dots, &acc, &bf16);
-    if (dots)
-        rows = mrows;
-    if (bf16)
-        return err(cg, launch, "bf16 tensors are not supported on sm_70 (Volta has no bf16 MMA); use f16", NULL);
-    if (rows == 0)
-        rows = 1;
-    cg->R = rows;
-    if (dots) {
-        cg->lay = LAY_ACC;
-        cg->acc16 = acc == SK_F16;
-        if (rows % 16)
-            return err(cg, launch, "%s",
-                       arena_printf(a, "the row tile (%lld) must be a multiple of 16", (long long)rows));
-        cg->nwarps = rows % 64 == 0 ? 4 : (int)(rows / 16);
-        cg->mrep = (int)(rows / 16 / cg->nwarps);
-    } else {
-        cg->lay = LAY_BLOCKED;
-        cg->nwarps = 4;
-        cg->mrep = 1;
-    }
+    /* the layout sm70-layout chose */
+    Attr *lay = op_attr(launch, "nv.layout"), *rows = op_attr(launch, "nv.rows"),
+         *warps = op_attr(launch, "nv.warps"), *blocks = op_attr(launch, "nv.row_blocks");
+    if (!lay || !rows || !warps || !blocks)
+        return err(cg, launch, "internal error: the launch has no nv.layout (run sm70-layout first)", NULL);
+    cg->lay = strcmp(lay->s, "blocked") == 0 ? LAY_BLOCKED : LAY_ACC;
+    cg->acc16 = strcmp(lay->s, "acc.f16") == 0;
+    cg->R = rows->i;
+    cg->nwarps = (int)warps->i;
+    cg->mrep = (int)blocks->i;
     cg->threads = 32 * cg->nwarps;
 
     /* the function: memref pointers, then the block's dims */

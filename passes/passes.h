@@ -67,5 +67,7 @@ bool pass_test_double_buffer_no_wait(Op *module, PassContext *ctx);       /* wro
 bool pass_test_double_buffer_wrong_stage(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_online_softmax_no_rescale(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
+/* Target lowering, run by the code generator after the pipeline. */
+bool pass_sm70_layout(Op *module, PassContext *ctx);
 
 #endif

@@ -23,6 +23,7 @@ static const char usage[] =
     "  -emit=ast           print the syntax tree\n"
     "  -emit=ir            print the attn-level IR (the default without -arch)\n"
     "  -emit=tile          print the tile-level IR after the target's pipeline\n"
+    "  -emit=nv            print the target IR: tile IR with the target's layouts (sm_70)\n"
     "  -emit=llvm          print the LLVM IR of the kernels (after O3)\n"
     "  -emit=ptx           write PTX with its manifest (the default with -arch)\n"
     "  -arch TARGET        sm_70, sm_80 (default) or sm_90a; PTX: sm_70 so far\n"
@@ -32,7 +33,7 @@ static const char usage[] =
     "  --help              print this help\n"
     "  --version           print the version\n";
 
-typedef enum Emit { EMIT_DEFAULT, EMIT_AST, EMIT_IR, EMIT_TILE, EMIT_LLVM, EMIT_PTX } Emit;
+typedef enum Emit { EMIT_DEFAULT, EMIT_AST, EMIT_IR, EMIT_TILE, EMIT_NV, EMIT_LLVM, EMIT_PTX } Emit;
 
 typedef struct Options {
     const char *input, *output, *arch;
@@ -58,12 +59,14 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
                 o->emit = EMIT_IR;
             else if (strcmp(val, "tile") == 0)
                 o->emit = EMIT_TILE;
+            else if (strcmp(val, "nv") == 0)
+                o->emit = EMIT_NV;
             else if (strcmp(val, "llvm") == 0)
                 o->emit = EMIT_LLVM;
             else if (strcmp(val, "ptx") == 0)
                 o->emit = EMIT_PTX;
             else {
-                diag_plain(d, "unknown -emit kind '%s' (expected ast, ir, tile, llvm or ptx)", val);
+                diag_plain(d, "unknown -emit kind '%s' (expected ast, ir, tile, nv, llvm or ptx)", val);
                 return 1;
             }
         } else if (tool_arch_arg(d, argc, argv, &i, &o->arch, &bad)) {
@@ -83,8 +86,9 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
     /* like clang: naming a target means "compile for it" */
     if (o->emit == EMIT_DEFAULT)
         o->emit = arch_given ? EMIT_PTX : EMIT_IR;
-    if ((o->emit == EMIT_PTX || o->emit == EMIT_LLVM) && !codegen_supports(o->arch)) {
-        diag_plain(d, "no code generator for target '%s' yet (-emit=ptx and -emit=llvm support: sm_70)", o->arch);
+    if ((o->emit == EMIT_PTX || o->emit == EMIT_LLVM || o->emit == EMIT_NV) && !codegen_supports(o->arch)) {
+        diag_plain(d, "no code generator for target '%s' yet (-emit=nv, -emit=llvm and -emit=ptx support: sm_70)",
+                   o->arch);
         return 1;
     }
     return 0;
@@ -110,6 +114,11 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     if (o->emit != EMIT_IR) {
         PassContext ctx = {.arena = a, .diag = d};
         if (!run_pipeline(module, o->arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}))
+            return false;
+    }
+    if (o->emit == EMIT_NV) {
+        PassContext ctx = {.arena = a, .diag = d, .arch = o->arch};
+        if (!pass_sm70_layout(module, &ctx))
             return false;
     }
     if (o->emit == EMIT_PTX || o->emit == EMIT_LLVM) {
