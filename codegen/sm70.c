@@ -1,7 +1,8 @@
 /* sm70.c — one tile.launch → one LLVM kernel for Volta (sm_70).
  *
- * Every tile value lives in registers, spread over the block's threads by a
- * layout; the kernel's layout is chosen once:
+ * It emits what passes/sm70_layout.c decided (the nv.* attributes of the
+ * tile ops; doc/codegen.md). Every tile value lives in registers, spread over
+ * the block's threads by the kernel's layout (nv.layout):
  *
  *   ACC      kernels with a tile.dot. The layout of mma.m8n8k4's accumulator
  *            (f32 or f16, per the dot's type). Warp w owns rows
@@ -16,13 +17,13 @@
  * full tile is the broadcast. Positions are (a, b, i): ACC (row block,
  * column block, accumulator element), BLOCKED (row, column slot, 0).
  *
- * Loads feeding tile.dot are not loaded into a layout: a shared-memory tile
- * stays a view that the dot reads fragments from (a global one is first
- * copied into a shared scratch). tile.copy_async is register prefetch: the
- * global loads are issued where the copy is, the registers travel in the
- * token (through loop-carried phis) and are stored to shared memory at the
- * tile.wait, followed by a barrier. Shared rows are padded by 16 bytes so the
- * fragment loads of a quad pair hit different banks.
+ * Loads feeding tile.dot (nv.operand) are not loaded into a layout: a
+ * shared-memory tile stays a view that the dot reads fragments from (a global
+ * one is first copied into a shared scratch). tile.copy_async is register
+ * prefetch: the global loads are issued where the copy is, the registers
+ * travel in the token (through loop-carried phis) and are stored to shared
+ * memory at the tile.wait, followed by a barrier. Shared rows have the
+ * padded stride nv.row_stride, free of bank conflicts.
  */
 #include <math.h>
 #include <stdio.h>
