@@ -3,6 +3,7 @@
 #   FileCheck, not       from LLVM 19
 #   %examples            the examples/ folder
 #   %attnrt-unit         the runtime's checks without a GPU (test/unit/runtime.c)
+#   %libattnrt, %python-src  the runtime library and the Python package
 #   %ptxas70             a CUDA 12 ptxas for sm_70 (feature ptxas-sm70)
 import os
 import lit.formats
@@ -18,6 +19,12 @@ config.substitutions.append(("%unit-rounding", os.path.join(config.attnc_obj_roo
 config.substitutions.append(("%attnc-opt", os.path.join(config.attnc_obj_root, "attnc-opt")))
 config.substitutions.append(("%attnc", os.path.join(config.attnc_obj_root, "attnc")))
 config.substitutions.append(("%attnrt-unit", os.path.join(config.attnc_obj_root, "attnrt-unit")))
+config.substitutions.append(("%libattnrt", os.path.join(config.attnc_obj_root, "libattnrt.so")))
+config.substitutions.append(("%python-src", os.path.join(config.attnc_src_root, "python")))
+# A sanitized libattnrt cannot be loaded into a plain python3 (the ASan
+# runtime must come first): the Python test runs in the plain build only.
+if config.sanitize.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("asan")
 if config.ptxas_sm70:
     config.available_features.add("ptxas-sm70")
     config.substitutions.append(("%ptxas70", config.ptxas_sm70))

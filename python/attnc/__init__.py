@@ -194,12 +194,18 @@ def find_attnc():
 
 
 def compile(source, arch="sm_70", output=None):
-    """Compiles a .attn file with attnc and loads the PTX."""
-    if output is None:
+    """Compiles a .attn file with attnc and loads the PTX (written to `output`,
+    or to a temporary file that is removed once loaded)."""
+    keep = output is not None
+    if not keep:
         fd, output = tempfile.mkstemp(suffix=".ptx", prefix="attnc-")
         os.close(fd)
-    r = subprocess.run([find_attnc(), os.fspath(source), "-arch", arch, "-o", output],
-                       capture_output=True, text=True)
-    if r.returncode:
-        raise AttncError(r.stderr.strip() or f"attnc failed with status {r.returncode}")
-    return load(output)
+    try:
+        r = subprocess.run([find_attnc(), os.fspath(source), "-arch", arch, "-o", output],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise AttncError(r.stderr.strip() or f"attnc failed with status {r.returncode}")
+        return load(output)
+    finally:
+        if not keep and os.path.exists(output):
+            os.remove(output)
