@@ -1225,6 +1225,16 @@ static int copy_vec(const Mem *m, int64_t cols, int inner_axis_dim, int64_t inne
     return 1;
 }
 
+/* Vector j of this thread in a copied box: its number f (vectors are dealt
+ * out round-robin), and the (row, col) of its first element. */
+static LLVMValueRef box_vector(Cg *cg, const Token *t, int j, LLVMValueRef *row, LLVMValueRef *col) {
+    LLVMValueRef f = add(cg, ci64(cg, (int64_t)j * cg->threads), zext64(cg, cg->tid));
+    LLVMValueRef per_row = ci64(cg, t->cols / t->vec);
+    *row = LLVMBuildUDiv(cg->b, f, per_row, "");
+    *col = mul(cg, LLVMBuildURem(cg->b, f, per_row, ""), ci64(cg, t->vec));
+    return f;
+}
+
 /* Global loads of a rows×cols box into registers, each thread a few vectors;
  * outside the memref reads 0. */
 static Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t rows, int64_t cols,
@@ -1239,9 +1249,7 @@ static Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, in
     t->regs = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)t->nregs);
     LLVMTypeRef vt = t->vec > 1 ? LLVMVectorType(cg->f16, (unsigned)t->vec) : lty(cg, src->elem);
     for (int j = 0; j < t->nregs; j++) {
-        LLVMValueRef f = add(cg, ci64(cg, (int64_t)j * cg->threads), zext64(cg, cg->tid));
-        LLVMValueRef row = LLVMBuildUDiv(cg->b, f, ci64(cg, cols / t->vec), "");
-        LLVMValueRef col = mul(cg, LLVMBuildURem(cg->b, f, ci64(cg, cols / t->vec), ""), ci64(cg, t->vec));
+        LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
         LLVMValueRef co[8], inside;
         mem_coords(cg, op, src, first_index, row, col, co);
         LLVMValueRef off = mem_offset(cg, src, co, &inside);
@@ -1260,9 +1268,7 @@ static Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, in
 static void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride) {
     int64_t total = t->rows * t->cols / t->vec;
     for (int j = 0; j < t->nregs; j++) {
-        LLVMValueRef f = add(cg, ci64(cg, (int64_t)j * cg->threads), zext64(cg, cg->tid));
-        LLVMValueRef row = LLVMBuildUDiv(cg->b, f, ci64(cg, t->cols / t->vec), "");
-        LLVMValueRef col = mul(cg, LLVMBuildURem(cg->b, f, ci64(cg, t->cols / t->vec), ""), ci64(cg, t->vec));
+        LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
         LLVMValueRef off = add(cg, mul(cg, row, ci64(cg, stride)), col);
         LLVMBasicBlockRef join = NULL;
         if (total % cg->threads)

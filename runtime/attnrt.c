@@ -488,6 +488,9 @@ static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *
     return ATTNRT_OK;
 }
 
+/* A declared dim's value under the binding (which check_all made complete). */
+static int64_t dim_value(Binding *bd, const Dim *d) { return d->sym[0] ? *lookup(bd, d->sym) : d->size; }
+
 static void shape_text(const TensorSpec *t, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "%s[", attnrt_dtype_name(t->dtype));
     for (int i = 0; i < t->rank && k < n; i++) {
@@ -607,19 +610,19 @@ int attnrt_output_shape(const attnrt_module *m, const char *block, const attnrt_
         return fail(ATTNRT_ERROR_ARGUMENT, "block '%s' has no output %d", block, i);
     *rank = t->rank;
     for (int d = 0; d < t->rank; d++)
-        shape[d] = t->dims[d].sym[0] ? *lookup(&bd, t->dims[d].sym) : t->dims[d].size;
+        shape[d] = dim_value(&bd, &t->dims[d]);
     return ATTNRT_OK;
 }
 
-int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
-                    const attnrt_tensor *outputs, int noutputs, int check_pointers) {
-    Block *b = find_block(m, block);
+/* attnrt_validate, giving back the block and the bound dims. */
+static int validate(const attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
+                    const attnrt_tensor *outputs, int noutputs, int check_pointers, Block **bp, Binding *bd) {
+    Block *b = *bp = find_block(m, block);
     if (!b)
         return ATTNRT_ERROR_ARGUMENT;
     if (!outputs && noutputs)
         return fail(ATTNRT_ERROR_ARGUMENT, "outputs is NULL");
-    Binding bd;
-    int rc = check_all(b, inputs, ninputs, outputs, noutputs, &bd);
+    int rc = check_all(b, inputs, ninputs, outputs, noutputs, bd);
     if (rc || !check_pointers)
         return rc;
     for (int i = 0; i < ninputs + noutputs; i++) {
@@ -635,16 +638,22 @@ int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tens
     return ATTNRT_OK;
 }
 
+int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
+                    const attnrt_tensor *outputs, int noutputs, int check_pointers) {
+    Block *b;
+    Binding bd;
+    return validate(m, block, inputs, ninputs, outputs, noutputs, check_pointers, &b, &bd);
+}
+
 /* ---- running --------------------------------------------------------------------- */
 
 int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
                const attnrt_tensor *outputs, int noutputs, void *stream) {
-    int rc = attnrt_validate(m, block, inputs, ninputs, outputs, noutputs, 1);
+    Block *b;
+    Binding bd;
+    int rc = validate(m, block, inputs, ninputs, outputs, noutputs, 1, &b, &bd);
     if (rc)
         return rc;
-    Block *b = find_block(m, block);
-    Binding bd;
-    check_all(b, inputs, ninputs, outputs, noutputs, &bd);
     if (!m->cumod && (rc = cuda_module_load(m->ptx, &m->cumod)))
         return rc;
     /* every tensor's device pointer: inputs, outputs, temporaries */
@@ -659,7 +668,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         else {
             size_t bytes = (size_t)dtype_size(s->dtype);
             for (int d = 0; d < s->rank; d++)
-                bytes *= (size_t)(s->dims[d].sym[0] ? *lookup(&bd, s->dims[d].sym) : s->dims[d].size);
+                bytes *= (size_t)dim_value(&bd, &s->dims[d]);
             if (b->temp_bytes[t] < bytes) {
                 if (b->temp[t]) {
                     cuda_free(b->temp[t]);
