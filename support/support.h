@@ -2,7 +2,7 @@
  *
  *   arena.c   one bump allocator per compilation; nothing is freed alone
  *   diag.c    clang-style diagnostics: file:line:col, source line, caret range
- *   file.c    reading inputs, writing outputs atomically (temp file + rename)
+ *   file.c    reading inputs, writing outputs (atomically where safe)
  */
 #ifndef ATTNC_SUPPORT_H
 #define ATTNC_SUPPORT_H
@@ -82,9 +82,15 @@ void diag_plain(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Reads a whole file ("-" is stdin) into the arena. NULL and errno on failure. */
 char *read_file(Arena *a, const char *path, size_t *len);
 
-/* Writes text to path atomically: a temp file beside it, then rename(2).
- * "-" or NULL writes to stdout. Returns false with a message in *err. */
-bool write_file_atomic(const char *path, const char *text, size_t len, char *err, size_t errlen);
+/* Writes text to path the way clang and LLVM do. "-" or NULL is stdout. A
+ * regular file (or a new one) is replaced atomically: a temp file beside it,
+ * then rename(2), keeping the old mode; a symlink is followed and its target
+ * replaced. Anything that is not a plain single-link file — a character
+ * device such as /dev/null, a FIFO, a file with hard links — is opened and
+ * written through, never replaced. Returns false with a message in *err. */
+bool write_output_file(const char *path, const char *text, size_t len, char *err, size_t errlen);
+/* True when both paths name one existing file (stdin/stdout "-" never do). */
+bool same_file(const char *a, const char *b);
 
 /* An in-memory output stream (open_memstream) used by the printers. */
 typedef struct StrBuf {

@@ -1,5 +1,6 @@
 /* tool.h — what attnc and attnc-opt share: reading the input (whole, or split
- * into independent chunks for tests) and writing the output atomically. */
+ * into independent chunks for tests) and writing the output (support.h's
+ * write_output_file: atomic for regular files, written through for devices). */
 #ifndef ATTNC_TOOL_H
 #define ATTNC_TOOL_H
 
@@ -21,8 +22,9 @@ typedef bool (*ChunkFn)(Arena *a, Diag *d, const Source *src, const void *opts, 
 
 /* The tools' common body: read input (stdin for "-"), split it when asked,
  * run fn on each chunk (20 errors at most per chunk), write the output
- * atomically. Nothing is written when a chunk failed, except in split mode,
- * where each chunk's result is the point. Returns the exit status. */
+ * once at the end. Nothing is written when a chunk failed, except in split
+ * mode to standard output, where each chunk's result is the point; an output
+ * file that is the input file is an error. Returns the exit status. */
 int tool_run(Diag *d, const char *input, const char *output, bool split, ChunkFn fn, const void *opts);
 
 /* The arguments both tools take: "-o FILE", the input file, and anything else
