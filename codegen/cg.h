@@ -22,10 +22,6 @@ typedef struct KernelInfo {
     int64_t smem_bytes;  /* dynamic shared memory */
 } KernelInfo;
 
-/* Adds the kernel to mod; false with a diagnostic if it cannot be lowered. */
-bool sm70_emit_kernel(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
-                      KernelInfo *info);
-
 /* Runs O3 on mod and prints it as PTX for arch (or, llvm_ir, as LLVM IR). */
 bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_ir, char **text, size_t *len);
 

@@ -9,8 +9,19 @@
  */
 #include <string.h>
 
-#include "codegen/cg.h"
+#include "codegen/lower.h"
 #include "passes/passes.h"
+
+static const CgTarget *const generators[] = {&sm70_target, &sm80_target};
+
+const CgTarget *cg_target(const char *arch) {
+    for (size_t i = 0; i < sizeof generators / sizeof *generators; i++)
+        if (strcmp(generators[i]->name, arch) == 0)
+            return generators[i];
+    return NULL;
+}
+
+bool codegen_supports(const char *arch) { return cg_target(arch) != NULL; }
 
 /* Buffer names: func args are the inputs, launch results the outputs (when
  * returned) or temporaries. */
@@ -93,7 +104,8 @@ static void print_shape(FILE *f, const Type *t) {
 }
 
 /* One block (func): its kernels into mod, its manifest lines into man. */
-static bool block(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func, FILE *man) {
+static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func,
+                  FILE *man) {
     const char *name = op_attr(func, "sym_name")->s;
     Attr *ins = op_attr(func, "inputs"), *outs = op_attr(func, "outputs"), *kind = op_attr(func, "kind");
     Block *body = op_body(func);
@@ -162,7 +174,7 @@ static bool block(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, cons
         KernelSpec k = {.launch = op, .name = arena_printf(a, "%s_k%d", name, nkern++), .ndims = dims.len,
                         .dims = (const char **)dims.items};
         KernelInfo info = {0};
-        if (!sm70_emit_kernel(a, d, ctx, mod, &k, &info))
+        if (!emit_kernel(t, a, d, ctx, mod, &k, &info))
             return false;
         StrBuf grid;
         strbuf_open(&grid);
@@ -188,14 +200,11 @@ static bool block(Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, cons
 
 bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit emit, char **text,
                     size_t *len) {
-    if (!codegen_supports(arch)) {
-        diag_plain(d, "no code generator for target '%s' yet (codegen targets: sm_70)", arch);
+    const CgTarget *t = cg_target(arch);
+    if (!t) {
+        diag_plain(d, "no code generator for target '%s' yet (codegen targets: %s)", arch, target_codegen_names());
         return false;
     }
-    /* the target lowering: layouts and operand paths, as nv.* attributes */
-    PassContext pctx = {.arena = a, .diag = d, .arch = arch};
-    if (!pass_sm70_layout(module, &pctx))
-        return false;
     LLVMContextRef ctx = LLVMContextCreate();
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("attnc", ctx);
     StrBuf man;
@@ -205,7 +214,7 @@ bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit
     for_each_op(func, op_body(module)) {
         if (func->kind != OP_FUNC)
             continue;
-        if (!(ok = block(a, d, ctx, mod, func, man.f)))
+        if (!(ok = block(t, a, d, ctx, mod, func, man.f)))
             break;
     }
     size_t mlen;

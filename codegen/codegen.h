@@ -3,8 +3,10 @@
  *   codegen.c   the driver: one LLVM module per .attn file, a kernel per
  *               tile.launch, the host side (grid rules, temporaries, dims)
  *               written as the manifest
- *   sm70.c      the sm_70 kernel emitter: register layouts, mma.m8n8k4,
- *               register prefetch, the P layout change by shuffles
+ *   lower.h     the shared lowering of a kernel (llvm.c, scalar.c, layout.c,
+ *               smem.c, lower.c) and the interface of a target (CgTarget)
+ *   sm70.c      Volta: mma.m8n8k4, register prefetch, P by shuffles
+ *   sm80.c      Ampere: mma.m16n8k16, ldmatrix, cp.async
  *   ptx.c       LLVM's NVPTX target: O3, then PTX text
  *
  * See doc/codegen.md for the layouts and the manifest format.
@@ -16,10 +18,10 @@
 
 typedef enum CodegenEmit { CG_EMIT_PTX, CG_EMIT_LLVM } CodegenEmit;
 
-/* True for the targets codegen can emit (today: sm_70). */
+/* True for the targets codegen can emit (passes/target.c: sm_70, sm_80). */
 bool codegen_supports(const char *arch);
 
-/* Lowers a module already through the target's pipeline (tile IR) to PTX
+/* Lowers a module already through the target's pipeline (nv IR) to PTX
  * with its manifest, or to LLVM IR text. Diagnostics go to d; false on
  * errors. The text is allocated in a. */
 bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit emit, char **text,

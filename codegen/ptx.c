@@ -7,30 +7,11 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "codegen/cg.h"
-
-/* PTX ISA version per target: the oldest that has what we emit. */
-static const struct {
-    const char *arch, *features;
-} targets[] = {
-    {"sm_70", "+ptx64"},   /* mma.sync.aligned.m8n8k4 */
-};
-
-bool codegen_supports(const char *arch) {
-    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
-        if (strcmp(targets[i].arch, arch) == 0)
-            return true;
-    return false;
-}
+#include "passes/target.h"
 
 bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_ir, char **text, size_t *len) {
-    const char *features = NULL;
-    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
-        if (strcmp(targets[i].arch, arch) == 0)
-            features = targets[i].features;
-    if (!features) {
-        diag_plain(d, "no code generator for target '%s' yet (codegen targets: sm_70)", arch);
-        return false;
-    }
+    const Target *t = target_lookup(arch);
+    const char *features = t->ptx_features;   /* the PTX ISA version: the oldest with what we emit */
     LLVMInitializeNVPTXTargetInfo();
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();

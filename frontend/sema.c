@@ -20,6 +20,7 @@
  *              pure and elementwise: no reductions, no q/k/v, tensors indexed
  */
 #include "frontend/frontend.h"
+#include "passes/target.h"
 
 #include <math.h>
 #include <string.h>
@@ -1321,8 +1322,6 @@ static void lower_attention(Sema *s, const Item *it, Op *func) {
 
 /* ---- schedules ----------------------------------------------------------- */
 
-static const char *const targets[] = {"sm_70", "sm_80", "sm_90a"};
-
 static void lower_schedule(Sema *s, const Item *it) {
     Op *func = map_get(&s->blocks, it->name);
     const Item *block = map_get(&s->items, it->name);
@@ -1330,12 +1329,9 @@ static void lower_schedule(Sema *s, const Item *it) {
         diag_error(s->d, s->src, it->name_loc, "schedule for unknown block '%s'", it->name);
         return;
     }
-    bool known = false;
-    for (int i = 0; i < 3; i++)
-        known |= strcmp(it->target, targets[i]) == 0;
-    if (!known) {
+    if (!target_lookup(it->target)) {
         diag_error(s->d, s->src, it->target_loc, "unknown target '%s'", it->target);
-        diag_note(s->d, s->src, it->target_loc, "targets are sm_70, sm_80 and sm_90a");
+        diag_note(s->d, s->src, it->target_loc, "targets are %s", target_names());
         return;
     }
     Attr *all = op_attr(func, "schedule");

@@ -23,6 +23,7 @@
  */
 #include "passes/builder.h"
 #include "passes/passes.h"
+#include "passes/target.h"
 
 #include <string.h>
 
@@ -177,7 +178,8 @@ static int64_t stages_for(const Op *func, const char *arch) {
     Attr *all = op_attr(func, "schedule");
     Attr *s = all && arch ? attrs_get(all->entries, all->n, arch) : NULL;
     Attr *st = s ? attrs_get(s->entries, s->n, "stages") : NULL;
-    return st && st->i >= 2 ? st->i : 2;
+    const Target *t = target_lookup(arch);
+    return st && st->i >= 2 ? st->i : t ? t->stages : 2;
 }
 
 static bool run(Op *module, PassContext *ctx, Mistake mistake) {

@@ -5,7 +5,8 @@
  * registry.c under the name attnc-opt's -passes= uses.
  *
  *   registry.c   the table of passes; the pass manager (verify, print, time)
- *   pipeline.c   the pipeline of each target
+ *   target.c     the target table: each target's facts and pass pipeline
+ *   pipeline.c   runs a target's pipeline
  *   dce.c        dead-code elimination of pure ops
  *   cse.c        common subexpression elimination (constants, index arithmetic)
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
@@ -49,10 +50,13 @@ typedef struct PassOptions {
 /* Runs the passes in order; false on the first failure. */
 bool run_passes(Op *module, const Pass *const *list, int n, PassContext *ctx, PassOptions opts);
 
-/* pipeline.c: the target-independent pipeline of a target (sm_70, sm_80,
- * sm_90a); false with a diagnostic for an unknown one. */
+/* pipeline.c: the pipeline of a target (target.c lists them), through its
+ * lowering to target IR; false with a diagnostic for an unknown target.
+ * run_pipeline_until with lowering false stops before the target lowering
+ * (the tile IR of -emit=tile). */
 bool pipeline_known(const char *arch);
 bool run_pipeline(Op *module, const char *arch, PassContext *ctx, PassOptions opts);
+bool run_pipeline_until(Op *module, const char *arch, PassContext *ctx, PassOptions opts, bool lowering);
 
 /* the passes */
 bool pass_dce(Op *module, PassContext *ctx);
@@ -67,7 +71,8 @@ bool pass_test_double_buffer_no_wait(Op *module, PassContext *ctx);       /* wro
 bool pass_test_double_buffer_wrong_stage(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_online_softmax_no_rescale(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
-/* Target lowering, run by the code generator after the pipeline. */
+/* Target lowering: the last pass of a target's pipeline. */
 bool pass_sm70_layout(Op *module, PassContext *ctx);
+bool pass_sm80_layout(Op *module, PassContext *ctx);
 
 #endif

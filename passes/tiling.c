@@ -35,6 +35,7 @@
  */
 #include "passes/builder.h"
 #include "passes/passes.h"
+#include "passes/target.h"
 
 #include <math.h>
 #include <string.h>
@@ -197,10 +198,8 @@ static int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t
 
 /* Defaults per target: query rows x key rows for attention, M x N x K for GEMMs. */
 static int64_t default_tile(const char *arch, bool attention, int axis) {
-    static const int64_t attn[3][2] = {{64, 64}, {128, 64}, {128, 128}};
-    static const int64_t gemm[3][3] = {{64, 64, 32}, {128, 128, 32}, {128, 128, 64}};
-    int t = strcmp(arch, "sm_70") == 0 ? 0 : strcmp(arch, "sm_80") == 0 ? 1 : 2;
-    return attention ? attn[t][axis] : gemm[t][axis];
+    const Target *t = target_lookup(arch);
+    return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
 }
 
 /* ---- fused_gemm ---------------------------------------------------------------- */
@@ -502,12 +501,12 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
 /* ---- everything else: row kernels ------------------------------------------------
  * An elementwise op, a reduction or a softmax over the last axis, on tensors
  * of rank 1 or 2 whose last dimension is a number, becomes a kernel with a
- * program per RB rows, each holding whole rows [RB, N] in one tile. RB is 16,
- * or 2 on sm_70, whose code generator keeps a tile in registers: 2 rows of
- * 4096 are 64 values per thread, 16 would spill.
+ * program per RB rows, each holding whole rows [RB, N] in one tile. RB is the
+ * target's row_block (target.c): 2 where the code generator keeps a tile in
+ * registers (2 rows of 4096 are 64 values per thread, 16 would spill).
  * Reductions and softmax compute in f32 and round once, as attn.reduce does. */
 
-static int64_t row_block(const char *arch) { return strcmp(arch, "sm_70") == 0 ? 2 : 16; }
+static int64_t row_block(const char *arch) { return target_lookup(arch)->row_block; }
 
 static bool is_row_op(const Op *op) {
     switch (op->kind) {
@@ -634,7 +633,7 @@ static bool tile_rows(PassContext *ctx, Op *func, Op *op) {
 
 bool pass_tiling(Op *module, PassContext *ctx) {
     if (!ctx->arch)
-        ctx->arch = "sm_80";
+        ctx->arch = target_default()->name;
     for_each_op(func, op_body(module))
         for (Op *op = op_body(func)->first, *next; op; op = next) {
             next = op->next;

@@ -4,7 +4,7 @@
 #   %examples            the examples/ folder
 #   %attnrt-unit         the runtime's checks without a GPU (test/unit/runtime.c)
 #   %libattnrt, %python-src  the runtime library and the Python package
-#   %ptxas70             a CUDA 12 ptxas for sm_70 (feature ptxas-sm70)
+#   %ptxas               a CUDA 12 ptxas: the last to assemble sm_70; sm_80 too (feature ptxas)
 import os
 import lit.formats
 
@@ -26,8 +26,8 @@ config.substitutions.append(("%python-src", os.path.join(config.attnc_src_root, 
 if config.sanitize.upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
 if config.ptxas_sm70:
-    config.available_features.add("ptxas-sm70")
-    config.substitutions.append(("%ptxas70", config.ptxas_sm70))
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", config.ptxas_sm70))
 config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "examples")))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("not ", config.not_tool + " "))

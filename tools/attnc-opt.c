@@ -5,6 +5,7 @@
  */
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "passes/target.h"
 #include "tools/tool.h"
 
 #include <string.h>
@@ -148,7 +149,7 @@ int main(int argc, char **argv) {
     Diag d;
     diag_init(&d, stderr);
     d.tool = "attnc-opt";
-    Options o = {.arch = "sm_80"};
+    Options o = {.arch = target_default()->name};
     o.pass_opts.dump = stderr;
     tool_run_args_init(&o.run);
     Arena args = {0};

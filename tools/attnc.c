@@ -9,6 +9,7 @@
 #include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "passes/passes.h"
+#include "passes/target.h"
 #include "tools/tool.h"
 
 #include <string.h>
@@ -22,11 +23,11 @@ static const char usage[] =
     "options:\n"
     "  -emit=ast           print the syntax tree\n"
     "  -emit=ir            print the attn-level IR (the default without -arch)\n"
-    "  -emit=tile          print the tile-level IR after the target's pipeline\n"
-    "  -emit=nv            print the target IR: tile IR with the target's layouts (sm_70)\n"
+    "  -emit=tile          print the tile-level IR (the pipeline before the target lowering)\n"
+    "  -emit=nv            print the target IR: tile IR with the target's layouts\n"
     "  -emit=llvm          print the LLVM IR of the kernels (after O3)\n"
     "  -emit=ptx           write PTX with its manifest (the default with -arch)\n"
-    "  -arch TARGET        sm_70, sm_80 (default) or sm_90a; PTX: sm_70 so far\n"
+    "  -arch TARGET        sm_70, sm_80 (default) or sm_90a; PTX: sm_70 and sm_80\n"
     "  -o FILE             write the output to FILE (default: standard output)\n"
     "  -print-loc          print each op's source location in the IR\n"
     "  -split-input-file   compile each '# -----'-separated chunk on its own\n"
@@ -83,14 +84,12 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
     }
     if (!tool_have_input(d, o->input))
         return 1;
-    /* like clang: naming a target means "compile for it" */
+    /* like clang: naming a target means "compile for it"; so does an output
+     * file named *.ptx (for the default target) */
+    size_t olen = o->output ? strlen(o->output) : 0;
+    bool ptx_file = olen > 4 && strcmp(o->output + olen - 4, ".ptx") == 0;
     if (o->emit == EMIT_DEFAULT)
-        o->emit = arch_given ? EMIT_PTX : EMIT_IR;
-    if ((o->emit == EMIT_PTX || o->emit == EMIT_LLVM || o->emit == EMIT_NV) && !codegen_supports(o->arch)) {
-        diag_plain(d, "no code generator for target '%s' yet (-emit=nv, -emit=llvm and -emit=ptx support: sm_70)",
-                   o->arch);
-        return 1;
-    }
+        o->emit = arch_given || ptx_file ? EMIT_PTX : EMIT_IR;
     return 0;
 }
 
@@ -111,14 +110,17 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
         diag_plain(d, "internal error: the frontend produced invalid IR");
         return false;
     }
+    /* checked first, so a missing code generator never hides the user's errors */
+    bool lowering = o->emit == EMIT_NV || o->emit == EMIT_LLVM || o->emit == EMIT_PTX;
+    if (lowering && !codegen_supports(o->arch)) {
+        diag_plain(d, "no code generator for target '%s' yet (-emit=nv, -emit=llvm and -emit=ptx support: %s)",
+                   o->arch, target_codegen_names());
+        return false;
+    }
     if (o->emit != EMIT_IR) {
         PassContext ctx = {.arena = a, .diag = d};
-        if (!run_pipeline(module, o->arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr}))
-            return false;
-    }
-    if (o->emit == EMIT_NV) {
-        PassContext ctx = {.arena = a, .diag = d, .arch = o->arch};
-        if (!pass_sm70_layout(module, &ctx))
+        if (!run_pipeline_until(module, o->arch, &ctx, (PassOptions){.verify_each = true, .dump = stderr},
+                                lowering))
             return false;
     }
     if (o->emit == EMIT_PTX || o->emit == EMIT_LLVM) {
@@ -212,7 +214,7 @@ static bool check_after_pass(Op *module, const char *pass, void *user) {
 
 static int run_main(int argc, char **argv, Diag *d) {
     Arena a = {0};
-    RunArgs r = {.arch = "sm_80"};
+    RunArgs r = {.arch = target_default()->name};
     tool_run_args_init(&r);
     int status = parse_run_args(&a, d, argc, argv, &r);
     Source src;
@@ -253,7 +255,7 @@ int main(int argc, char **argv) {
     diag_init(&d, stderr);
     if (argc > 1 && strcmp(argv[1], "run") == 0)
         return run_main(argc, argv, &d);
-    Options o = {.emit = EMIT_DEFAULT, .arch = "sm_80"};
+    Options o = {.emit = EMIT_DEFAULT, .arch = target_default()->name};
     int status = parse_args(argc, argv, &o, &d);
     if (status)
         return status < 0 ? 0 : status;

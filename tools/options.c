@@ -1,5 +1,6 @@
 /* options.c — input and output handling shared by the tools. */
 #include "passes/passes.h"
+#include "passes/target.h"
 #include "tools/tool.h"
 
 #include <errno.h>
@@ -230,7 +231,7 @@ bool tool_arch_arg(Diag *d, int argc, char **argv, int *i, const char **arch, bo
     }
     *arch = val ? val : argv[*i];
     if (!pipeline_known(*arch)) {
-        diag_plain(d, "unknown target '%s' (targets are sm_70, sm_80 and sm_90a)", *arch);
+        diag_plain(d, "unknown target '%s' (targets are %s)", *arch, target_names());
         *bad = true;
     }
     return true;

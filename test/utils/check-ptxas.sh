@@ -1,18 +1,18 @@
 #!/bin/sh
-# check-ptxas.sh ATTNC PTXAS EXAMPLES_DIR
-# Compiles every example for sm_70 and assembles the PTX with a CUDA 12
-# ptxas; prints per kernel: registers, spill bytes, shared memory. Fails if
-# attnc or ptxas fails, or if the PTX touches local memory.
+# check-ptxas.sh ATTNC PTXAS EXAMPLES_DIR ARCH
+# Compiles every example for ARCH (sm_70, sm_80) and assembles the PTX with a
+# CUDA 12 ptxas; prints per kernel: registers, spill bytes, shared memory.
+# Fails if attnc or ptxas fails, or if the PTX touches local memory.
 set -e
-attnc=$1 ptxas=$2 dir=$3
+attnc=$1 ptxas=$2 dir=$3 arch=$4
 tmp=${TMPDIR:-/tmp}/attnc-ptxas.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 for f in "$dir"/*.attn; do
   n=$(basename "$f" .attn)
-  "$attnc" "$f" -arch sm_70 -o "$tmp/$n.ptx"
+  "$attnc" "$f" -arch "$arch" -o "$tmp/$n.ptx"
   if grep -q '\.local' "$tmp/$n.ptx"; then echo "$n: the PTX uses local memory"; exit 1; fi
-  "$ptxas" -arch=sm_70 -v "$tmp/$n.ptx" -o "$tmp/$n.cubin" 2>"$tmp/$n.log" || { cat "$tmp/$n.log"; exit 1; }
+  "$ptxas" -arch="$arch" -v "$tmp/$n.ptx" -o "$tmp/$n.cubin" 2>"$tmp/$n.log" || { cat "$tmp/$n.log"; exit 1; }
   # ptxas -v: "Compiling entry function 'K'", "... N bytes spill stores ...", "Used R registers"
   awk -v ex="$n" '
     /Compiling entry function/ { match($0, /\047[^\047]*\047/); k = substr($0, RSTART + 1, RLENGTH - 2) }

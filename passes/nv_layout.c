@@ -1,10 +1,12 @@
-/* sm70_layout.c — tile IR → sm_70 target IR: the decisions of the Volta code
- * generator, written onto the tile ops as `nv.*` attributes (the way
- * TritonGPU puts layouts on types). codegen/sm70.c emits LLVM IR from them.
+/* nv_layout.c — tile IR → target IR for the mma.sync targets: the decisions
+ * of the code generator, written onto the tile ops as `nv.*` attributes (the
+ * way TritonGPU puts layouts on types). Two passes share this file, one per
+ * target: sm70-layout (Volta, mma.m8n8k4) and sm80-layout (Ampere,
+ * mma.m16n8k16); codegen/sm70.c and codegen/sm80.c emit LLVM IR from them.
  * `attnc FILE -emit=nv -arch sm_70` prints the result.
  *
  *   tile.launch    nv.layout   "acc.f32" | "acc.f16": kernels with a tile.dot
- *                              keep every tile in mma.m8n8k4's accumulator
+ *                              keep every tile in the MMA's accumulator
  *                              layout; "blocked": row kernels
  *                  nv.rows, nv.warps, nv.row_blocks: the row tile, warps per
  *                              block (each owns 16·row_blocks rows)
@@ -12,22 +14,37 @@
  *                              place) | "scratch" (a global tile copied once
  *                              into shared memory for the dots), with
  *                              nv.row_stride; absent: loaded into the layout
- *   tile.dot       nv.mma      "m8n8k4.<A>.<B>.<acc>": the fragment layouts
- *                              (row/col) that read the operands' memory
- *                              without a transpose, and the accumulator
- *                  nv.a        "smem" | "shuffle": P, an accumulator tile,
- *                              reaches the A layout by warp shuffles
- *   tile.alloc     nv.row_stride  f16 rows, padded so fragment loads are
+ *   tile.dot       nv.mma      sm_70: "m8n8k4.<A>.<B>.<acc>", the fragment
+ *                              layouts (row/col) that read the operands'
+ *                              memory without a transpose; sm_80:
+ *                              "m16n8k16.row.col.<acc>.<ab>"
+ *                  nv.a        sm_70: "smem" | "shuffle" (P, an accumulator
+ *                              tile, reaches the A layout by warp shuffles);
+ *                              sm_80: "ldmatrix" | "ldmatrix.trans" |
+ *                              "registers" (P is the A fragment as it is)
+ *                  nv.b        sm_80: "ldmatrix" ([N, K] in memory) |
+ *                              "ldmatrix.trans" ([K, N])
+ *   tile.alloc     nv.row_stride  16-bit rows, padded so fragment loads are
  *                              free of bank conflicts
- *   tile.copy_async nv.prefetch "registers": loads issued here, stored to
- *                              shared memory at the tile.wait
+ *   tile.copy_async nv.copy    sm_70: "registers" (loads issued here, stored
+ *                              to shared memory at the tile.wait); sm_80:
+ *                              "cp.async" (straight to shared memory)
  *
- * Refuses what Volta cannot do: bf16 (no bf16 MMA), row tiles that are not
- * a multiple of 16.
+ * Refuses what the target cannot do: bf16 on sm_70 (no bf16 MMA), an f16
+ * accumulator with bf16 operands, row tiles that are not a multiple of 16.
  */
 #include <string.h>
 
 #include "passes/passes.h"
+#include "passes/target.h"
+
+typedef enum { SM70, SM80 } Gen;
+
+typedef struct Lower {
+    PassContext *ctx;
+    Gen gen;
+    const Target *t;
+} Lower;
 
 /* ---- bank conflicts -------------------------------------------------------------- */
 
@@ -60,6 +77,20 @@ static int64_t shared_stride(int64_t cols) {
             return cols + pad;
     return cols + 8;
 }
+
+/* sm_80: ldmatrix reads 8 rows of 16 bytes per phase; rows 16-byte aligned
+ * whose stride is an odd number of 16-byte units fall in 8 different
+ * 4-bank groups (cols + 8 for the usual multiples of 16). */
+static int64_t ldmatrix_stride(int64_t cols) {
+    int64_t s = (cols + 7) / 8 * 8;
+    return (s / 8) % 2 ? s : s + 8;
+}
+
+static int64_t row_stride(const Lower *l, int64_t cols) {
+    return l->gen == SM70 ? shared_stride(cols) : ldmatrix_stride(cols);
+}
+
+static bool is_16bit(ScalarKind k) { return k == SK_F16 || k == SK_BF16; }
 
 /* ---- uses -------------------------------------------------------------------------- */
 
@@ -117,12 +148,15 @@ static void scan(const Block *blk, Scan *s) {
     }
 }
 
-/* A tile.load that only dots read, read as whole f16 rows of a 2-D window. */
-static bool is_dot_operand_load(const Block *top, const Op *op) {
+/* A tile.load that only dots read, read as whole 16-bit rows of a 2-D
+ * window (sm_80's ldmatrix: 16-row, 16-column blocks). */
+static bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op) {
     const Type *mt = op->operands[0]->type, *rt = op->results[0]->type;
     Attr *dims = op_attr(op, "dims");
-    return mt->elem == SK_F16 && dims && dims->n == 2 && dims->elems[0]->i == mt->rank - 2 &&
-           dims->elems[1]->i == mt->rank - 1 && rt->dims[0].size % 4 == 0 && rt->dims[1].size % 4 == 0 &&
+    int q = l->gen == SM70 ? 4 : 16;
+    bool elem_ok = l->gen == SM70 ? mt->elem == SK_F16 : is_16bit(mt->elem);
+    return elem_ok && dims && dims->n == 2 && dims->elems[0]->i == mt->rank - 2 &&
+           dims->elems[1]->i == mt->rank - 1 && rt->dims[0].size % q == 0 && rt->dims[1].size % q == 0 &&
            only_dot_uses(top, op->results[0]);
 }
 
@@ -138,48 +172,72 @@ static const char *operand_layout(const Value *v) {
     return "";
 }
 
-static void annotate(PassContext *ctx, const Block *top, const Block *blk) {
-    Arena *a = ctx->arena;
+static void annotate_dot(const Lower *l, Op *op) {
+    Arena *a = l->ctx->arena;
+    const char *al = operand_layout(op->operands[0]), *bl = operand_layout(op->operands[1]);
+    const char *acc = op->results[0]->type->elem == SK_F16 ? "f16" : "f32";
+    if (l->gen == SM70) {
+        op_set_attr(a, op, "nv.a", attr_str(a, *al ? "smem" : "shuffle"));
+        op_set_attr(a, op, "nv.mma", attr_str(a, arena_printf(a, "m8n8k4.%s.%s.%s", *al ? al : "row",
+                                                               *bl ? bl : "?", acc)));
+        return;
+    }
+    /* m16n8k16 is row.col only; ldmatrix(.trans) makes the fragments from
+     * either memory order. A row-major A ([M, K]) and a K stored [N, K] need
+     * no transpose. */
+    op_set_attr(a, op, "nv.a",
+                attr_str(a, !*al ? "registers" : strcmp(al, "row") == 0 ? "ldmatrix" : "ldmatrix.trans"));
+    op_set_attr(a, op, "nv.b", attr_str(a, strcmp(bl, "col") == 0 ? "ldmatrix" : "ldmatrix.trans"));
+    op_set_attr(a, op, "nv.mma",
+                attr_str(a, arena_printf(a, "m16n8k16.row.col.%s.%s", acc,
+                                         scalar_name(op->operands[1]->type->elem))));
+}
+
+static void annotate(const Lower *l, const Block *top, const Block *blk) {
+    Arena *a = l->ctx->arena;
     for (Op *op = blk->first; op; op = op->next) {
         switch (op->kind) {
         case OP_LOAD:
-            if (is_dot_operand_load(top, op)) {
+            if (is_dot_operand_load(l, top, op)) {
                 bool shared = op->operands[0]->type->space == AS_SHARED;
                 op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : "scratch"));
                 if (!shared)
-                    op_set_attr(a, op, "nv.row_stride", attr_int(a, shared_stride(op->results[0]->type->dims[1].size)));
+                    op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, op->results[0]->type->dims[1].size)));
             }
             break;
         case OP_ALLOC: {
             const Type *t = op->results[0]->type;
-            if (t->elem == SK_F16 && t->rank >= 2 && !t->dims[t->rank - 1].sym)
-                op_set_attr(a, op, "nv.row_stride", attr_int(a, shared_stride(t->dims[t->rank - 1].size)));
+            if ((l->gen == SM70 ? t->elem == SK_F16 : is_16bit(t->elem)) && t->rank >= 2 &&
+                !t->dims[t->rank - 1].sym)
+                op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, t->dims[t->rank - 1].size)));
             break;
         }
-        case OP_COPY_ASYNC: op_set_attr(a, op, "nv.prefetch", attr_str(a, "registers")); break;
-        case OP_DOT: {
-            const char *al = operand_layout(op->operands[0]), *bl = operand_layout(op->operands[1]);
-            const char *acc = op->results[0]->type->elem == SK_F16 ? "f16" : "f32";
-            op_set_attr(a, op, "nv.a", attr_str(a, *al ? "smem" : "shuffle"));
-            op_set_attr(a, op, "nv.mma", attr_str(a, arena_printf(a, "m8n8k4.%s.%s.%s", *al ? al : "row",
-                                                                   *bl ? bl : "?", acc)));
+        case OP_COPY_ASYNC:
+            op_set_attr(a, op, "nv.copy", attr_str(a, l->gen == SM70 ? "registers" : "cp.async"));
             break;
-        }
+        case OP_DOT: annotate_dot(l, op); break;
         default: break;
         }
         for (int r = 0; r < op->nregions; r++)
             for (int k = 0; k < op->regions[r].nblocks; k++)
-                annotate(ctx, top, op->regions[r].blocks[k]);
+                annotate(l, top, op->regions[r].blocks[k]);
     }
 }
 
-static bool layout_launch(PassContext *ctx, Op *launch) {
+static bool layout_launch(const Lower *l, Op *launch) {
+    PassContext *ctx = l->ctx;
     const Block *body = launch->regions[0].blocks[0];
     Scan s = {.acc = SK_F32};
     scan(body, &s);
-    if (s.bf16) {
+    if (s.bf16 && !l->t->bf16) {
         op_diag(ctx->diag, NULL, launch,
-                "sm_70 codegen: bf16 tensors are not supported on sm_70 (Volta has no bf16 MMA); use f16");
+                arena_printf(ctx->arena, "%s codegen: bf16 tensors are not supported on %s (%s has no bf16 MMA); use f16",
+                             l->t->name, l->t->name, l->t->family));
+        return false;
+    }
+    if (s.bf16 && s.dots && s.acc == SK_F16) {
+        op_diag(ctx->diag, NULL, launch,
+                arena_printf(ctx->arena, "%s codegen: bf16 operands accumulate in f32 only (use acc f32)", l->t->name));
         return false;
     }
     int64_t rows = s.dots ? s.dot_rows : s.rows > 0 ? s.rows : 1;
@@ -187,11 +245,16 @@ static bool layout_launch(PassContext *ctx, Op *launch) {
     if (s.dots) {
         if (rows % 16) {
             op_diag(ctx->diag, NULL, launch,
-                    arena_printf(ctx->arena, "sm_70 codegen: the row tile (%lld) must be a multiple of 16",
+                    arena_printf(ctx->arena, "%s codegen: the row tile (%lld) must be a multiple of 16", l->t->name,
                                  (long long)rows));
             return false;
         }
-        warps = rows % 64 == 0 ? 4 : (int)(rows / 16);
+        /* sm_70: 4 warps, each 16·row_blocks rows; sm_80: a warp per 16 rows
+         * (up to 8), so a 128-row tile's accumulators fit in registers */
+        if (l->gen == SM70)
+            warps = rows % 64 == 0 ? 4 : (int)(rows / 16);
+        else
+            warps = rows % 128 == 0 ? 8 : rows % 64 == 0 ? 4 : (int)(rows / 16);
         row_blocks = (int)(rows / 16 / warps);
     }
     Arena *a = ctx->arena;
@@ -199,23 +262,31 @@ static bool layout_launch(PassContext *ctx, Op *launch) {
     op_set_attr(a, launch, "nv.rows", attr_int(a, rows));
     op_set_attr(a, launch, "nv.warps", attr_int(a, warps));
     op_set_attr(a, launch, "nv.row_blocks", attr_int(a, row_blocks));
-    annotate(ctx, body, body);   /* in order: a dot's loads come before it */
+    annotate(l, body, body);   /* in order: a dot's loads come before it */
     return true;
 }
 
-static bool walk(PassContext *ctx, Block *blk) {
+static bool walk(const Lower *l, Block *blk) {
     for (Op *op = blk->first; op; op = op->next) {
         if (op->kind == OP_LAUNCH) {
-            if (!layout_launch(ctx, op))
+            if (!layout_launch(l, op))
                 return false;
             continue;
         }
         for (int r = 0; r < op->nregions; r++)
             for (int k = 0; k < op->regions[r].nblocks; k++)
-                if (!walk(ctx, op->regions[r].blocks[k]))
+                if (!walk(l, op->regions[r].blocks[k]))
                     return false;
     }
     return true;
 }
 
-bool pass_sm70_layout(Op *module, PassContext *ctx) { return walk(ctx, op_body(module)); }
+bool pass_sm70_layout(Op *module, PassContext *ctx) {
+    Lower l = {ctx, SM70, target_lookup("sm_70")};
+    return walk(&l, op_body(module));
+}
+
+bool pass_sm80_layout(Op *module, PassContext *ctx) {
+    Lower l = {ctx, SM80, target_lookup("sm_80")};
+    return walk(&l, op_body(module));
+}

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""sm70_check.py — attnc's sm_70 kernels on a GPU, against float64 PyTorch.
+"""gpu_check.py — attnc's kernels for one target on a GPU, against float64 PyTorch.
 
-    python3 bench/sm70_check.py --kit KIT --out DIR [--quick]
+    python3 bench/gpu_check.py --kit KIT --out DIR [--arch sm_70|sm_80] [--dtype f16|bf16] [--quick]
 
 KIT holds attnc (statically linked), libattnrt.so and attnc-embed. On an
-H200 the driver JIT-compiles the sm_70 PTX: right for correctness, not for
-speed. For every case the inputs are fresh random numbers, the outputs are
+H200 the driver JIT-compiles sm_70 PTX (right for correctness, not for
+speed) and runs sm_80 PTX as it is. With --dtype bf16 every tensor is bf16
+and the FP16-ACC cases (f16 accumulation needs f16 operands) are left out. For every case the inputs are fresh random numbers, the outputs are
 poisoned with NaN before the run, and the error is the max |attnc - float64|.
 
   FP32-ACC   the FlashAttention rule: err <= 2 * err(torch, same precision) + 1e-5
@@ -32,6 +33,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import attnc  # noqa: E402
 
 U16 = 2.0 ** -11   # unit roundoff of f16
+ARCH = "sm_70"       # the target compiled for (--arch)
+DT = torch.float16   # the element type of every tensor (--dtype)
+DTN = "f16"          # its name in .attn
 
 
 def fp16acc_slack(k_terms):
@@ -45,20 +49,20 @@ def fp16acc_slack(k_terms):
 
 def attention_src(name, H, HKV, D, acc, mask, score, cross, lse=True):
     nq, nk = ("NQ", "NK") if cross else ("N", "N")
-    outs = f"o: f16[B, {H}, {nq}, {D}]" + (f", lse: f32[B, {H}, {nq}]" if lse else "")
+    outs = f"o: {DTN}[B, {H}, {nq}, {D}]" + (f", lse: f32[B, {H}, {nq}]" if lse else "")
     body = f"  acc {acc};\n"
     if score:
         body += f"  score(s, b, h, i, j) = {score};\n"
     if mask:
         body += f"  mask(b, h, i, j) = {mask};\n"
-    return (f"attention {name}(q: f16[B, {H}, {nq}, {D}], k: f16[B, {HKV}, {nk}, {D}], "
-            f"v: f16[B, {HKV}, {nk}, {D}]) -> ({outs}) {{\n{body}}}\n")
+    return (f"attention {name}(q: {DTN}[B, {H}, {nq}, {D}], k: {DTN}[B, {HKV}, {nk}, {D}], "
+            f"v: {DTN}[B, {HKV}, {nk}, {D}]) -> ({outs}) {{\n{body}}}\n")
 
 
 def shrink_consts(text, consts):
     for k, v in consts.items():
         text = re.sub(rf"const {k} = [^;]*;", f"const {k} = {v};", text)
-    return text
+    return text.replace("f16[", DTN + "[")
 
 
 # ---- references -----------------------------------------------------------------
@@ -88,7 +92,7 @@ def attention_ref(q, k, v, scale, mask_fn, score_fn, dtype):
     lse = torch.logsumexp(s, dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
     if dtype is None:
-        o = (p.half() @ v).float()
+        o = (p.to(DT) @ v).float()
     else:
         o = p @ v.to(dtype)
     rowdead = torch.isinf(lse) & (lse < 0)
@@ -130,10 +134,10 @@ class Report:
 def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, score_fn, cross, extra_inputs=(),
                   lse=True):
     g = torch.Generator(device="cuda").manual_seed(hash((name, NQ, NK)) & 0xffffffff)
-    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).half()
-    k = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).half()
-    v = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).half()
-    o = torch.full((B, H, NQ, D), float("nan"), device="cuda", dtype=torch.half)
+    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    k = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    v = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    o = torch.full((B, H, NQ, D), float("nan"), device="cuda", dtype=DT)
     outs = [o]
     if lse:
         outs.append(torch.full((B, H, NQ), float("nan"), device="cuda", dtype=torch.float32))
@@ -161,7 +165,7 @@ def causal(b, h, i, j):
 def attention_cases(rep, kit, tmp, quick):
     Ns = [1, 17, 113, 128, 1000, 2049] + ([] if quick else [4096])
     for D in (64, 128):
-        for acc in ("f32", "f16"):
+        for acc in accs():
             for is_causal in (False, True):
                 name = f"mha_d{D}_{acc}{'_causal' if is_causal else ''}"
                 src = attention_src(name, 4, 4, D, acc, "j <= i" if is_causal else None, None, False)
@@ -174,14 +178,14 @@ def attention_cases(rep, kit, tmp, quick):
     for sched in ("tile(16, 16)", "tile(32, 64)", "tile(128, 64)", "tile(64, 32)", "tile(64, 64); stages(1)",
                   "tile(64, 64); stages(3)"):
         tag = re.sub(r"[^0-9]+", "_", sched).strip("_")
-        for acc in ("f32", "f16"):
+        for acc in accs():
             name = f"sched_{tag}_{acc}"
-            src = attention_src(name, 2, 2, 64, acc, "j <= i", None, False) + f"schedule {name} for sm_70 {{ {sched}; }}\n"
+            src = attention_src(name, 2, 2, 64, acc, "j <= i", None, False) + f"schedule {name} for {ARCH} {{ {sched}; }}\n"
             mod = compile_src(kit, tmp, name, src)
             for N in (17, 300):
                 run_attention(rep, mod, name, name, 2, 2, 2, N, N, 64, acc, 1 / 8, causal, None, False)
     # GQA, causal, both accumulators
-    for acc in ("f32", "f16"):
+    for acc in accs():
         name = f"gqa_d128_{acc}_causal"
         mod = compile_src(kit, tmp, name, attention_src(name, 8, 2, 128, acc, "j <= i", None, False))
         for N in Ns:
@@ -190,12 +194,12 @@ def attention_cases(rep, kit, tmp, quick):
     # passed, and the runtime checks H % HKV == 0 (from the manifest)
     name = "gqa_symbolic"
     src = ("attention gqa_symbolic(q: f16[B, H, N, 64], k: f16[B, HKV, N, 64], v: f16[B, HKV, N, 64])\n"
-           "    -> (o: f16[B, H, N, 64], lse: f32[B, H, N]) { mask(b, h, i, j) = j <= i; }\n")
+           "    -> (o: f16[B, H, N, 64], lse: f32[B, H, N]) { mask(b, h, i, j) = j <= i; }\n").replace("f16[", DTN + "[")
     mod = compile_src(kit, tmp, name, src)
     for H, HKV, N in ((8, 2, 113), (6, 3, 1000), (4, 4, 17)):
         run_attention(rep, mod, name, f"{name} H{H}/{HKV}", 2, H, HKV, N, N, 64, "f32", 1 / 8, causal, None, False)
-    x = torch.zeros(1, 8, 5, 64, device="cuda", dtype=torch.half)
-    y = torch.zeros(1, 3, 5, 64, device="cuda", dtype=torch.half)
+    x = torch.zeros(1, 8, 5, 64, device="cuda", dtype=DT)
+    y = torch.zeros(1, 3, 5, 64, device="cuda", dtype=DT)
     try:
         mod.run(name, x, y, y)
         rep.expect("gqa_symbolic H8/3 refused", False, "no error raised")
@@ -210,27 +214,34 @@ def attention_cases(rep, kit, tmp, quick):
             run_attention(rep, mod, name, name, 2, 4, 4, NQ, NK, 64, "f32", 1 / 8, causal if is_causal else None,
                           None, True)
     # softcap + ALiBi with a slopes tensor (examples/softcap_alibi.attn: FP16-ACC, causal)
-    mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "softcap_alibi.attn"))
     H = 4
     slopes = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
     def score(s, b, h, i, j):
         return 30 * torch.tanh(s / 30) + slopes.to(s.dtype)[h] * (j - i)
-    for N in Ns:
-        run_attention(rep, mod, "softcap_alibi", "softcap_alibi", 2, H, H, N, N, 128, "f16", 1 / math.sqrt(128),
-                      causal, score, False, extra_inputs=(slopes,), lse=False)
+    if DT == torch.float16:
+        mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "softcap_alibi.attn"))
+        for N in Ns:
+            run_attention(rep, mod, "softcap_alibi", "softcap_alibi", 2, H, H, N, N, 128, "f16", 1 / math.sqrt(128),
+                          causal, score, False, extra_inputs=(slopes,), lse=False)
+    else:   # the example with FP32-ACC, in bf16
+        src = open(os.path.join(ROOT, "examples", "softcap_alibi.attn")).read().replace("acc f16", "acc f32")
+        mod = compile_src(kit, tmp, "softcap_alibi_f32", shrink_consts(src, {}))
+        for N in Ns:
+            run_attention(rep, mod, "softcap_alibi", "softcap_alibi (acc f32)", 2, H, H, N, N, 128, "f32",
+                          1 / math.sqrt(128), causal, score, False, extra_inputs=(slopes,), lse=False)
     # cross_attention.attn: keys past each batch's encoder length are hidden
     # (a length of 0 hides every key: o = 0, lse = -inf)
-    mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "cross_attention.attn"))
+    mod = compile_example(kit, tmp, "cross_attention")
     for NQ, NK in ((17, 1000), (1000, 113), (1, 2049)):
         enc_len = torch.tensor([NK // 3, 0, NK], device="cuda", dtype=torch.int32)
         run_attention(rep, mod, "cross_attention", "example cross_attention", 3, 8, 8, NQ, NK, 64, "f32", 1 / 8,
                       lambda b, h, i, j: j < enc_len.long()[b], None, True, extra_inputs=(enc_len,))
     # document_mask.attn: packed documents (ids from a tensor), causal, plus a bias
-    mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "document_mask.attn"))
+    mod = compile_example(kit, tmp, "document_mask")
     for N in (17, 113, 1000):
         g = torch.Generator(device="cuda").manual_seed(N)
         doc = torch.sort(torch.randint(0, 4, (2, N), device="cuda", generator=g, dtype=torch.int32), dim=1)[0]
-        bias = (torch.rand(3, N, N, device="cuda", generator=g) * 2 - 1).half()
+        bias = (torch.rand(3, N, N, device="cuda", generator=g) * 2 - 1).to(DT)
         run_attention(rep, mod, "document_mask", "example document_mask", 2, 3, 3, N, N, 64, "f32", 1 / 8,
                       lambda b, h, i, j: (doc.long()[b.view(-1)].view(-1, 1, N, 1) ==
                                           doc.long()[b.view(-1)].view(-1, 1, 1, N)) & (j <= i),
@@ -244,7 +255,7 @@ def attention_cases(rep, kit, tmp, quick):
                       128 ** -0.5, lambda b, h, i, j: (j <= i) & (i - j < 100), None, False, lse=False)
     # every attention example as written, at one ragged size
     for ex, H, HKV, D, lse_out in (("mha", 16, 16, 64, False), ("gqa_causal", 32, 8, 128, True)):
-        mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", ex + ".attn"))
+        mod = compile_example(kit, tmp, ex)
         run_attention(rep, mod, ex, "example " + ex, 1, H, HKV, 1000, 1000, D, "f32", 1 / math.sqrt(D),
                       causal if ex == "gqa_causal" else None, None, False, lse=lse_out)
 
@@ -253,7 +264,7 @@ def binding_errors(rep, tmp):
     """The Python binding refuses bad arguments with AttncError naming them."""
     name = "bind_check"
     mod = compile_src(None, tmp, name, attention_src(name, 4, 4, 64, "f32", None, None, False, lse=False))
-    q = torch.zeros(1, 4, 17, 64, device="cuda", dtype=torch.half)
+    q = torch.zeros(1, 4, 17, 64, device="cuda", dtype=DT)
 
     def expect(what, fn, *needles):
         try:
@@ -263,6 +274,8 @@ def binding_errors(rep, tmp):
             ok = all(n in str(e) for n in needles)
             rep.expect(f"binding: {what}", ok, str(e).splitlines()[0][:110])
     expect("dtype", lambda: mod.run(name, q.float(), q, q), "input 'q'", "dtype")
+    other = torch.bfloat16 if DT == torch.float16 else torch.float16
+    expect("16-bit dtype", lambda: mod.run(name, q.to(other), q, q), "input 'q'", "dtype")
     expect("device", lambda: mod.run(name, q, q.cpu(), q), "input 'k'", "cpu")
     expect("count", lambda: mod.run(name, q, q), "takes 3 inputs")
     expect("strides", lambda: mod.run(name, q, q, q.transpose(2, 3).contiguous().transpose(2, 3)),
@@ -277,7 +290,7 @@ def binding_errors(rep, tmp):
     # chain of matmuls; a kernel launched on any other stream would read the
     # zeros that were there before
     side = torch.cuda.Stream()
-    x = (torch.rand(1, 4, 300, 64, device="cuda") * 2 - 1).half()
+    x = (torch.rand(1, 4, 300, 64, device="cuda") * 2 - 1).to(DT)
     xs = torch.zeros_like(x)
     big = torch.rand(4096, 4096, device="cuda")
     torch.cuda.synchronize()
@@ -292,7 +305,7 @@ def binding_errors(rep, tmp):
     e = max_err(o_side, o_ref)
     rep.expect("binding: current torch stream", e < 1e-3, f"input written on a side stream, kernel run there: err {e:.2e}")
     o = mod.run(name, q, q, q)
-    rep.expect("binding: outputs allocated", o.shape == q.shape and o.dtype == torch.half and bool(
+    rep.expect("binding: outputs allocated", o.shape == q.shape and o.dtype == DT and bool(
         torch.isfinite(o).all()), f"{tuple(o.shape)} {o.dtype}")
 
 
@@ -311,12 +324,12 @@ def fp16acc_emulation_cases(rep, kit, tmp):
             f.write(attention_src(name, H, HKV, D, "f16", mask, None, False))
         dump = os.path.join(tmp, name + ".dump")
         os.makedirs(dump, exist_ok=True)
-        r = subprocess.run([os.environ["ATTNC"], "run", path, "-arch", "sm_70", "-D", f"N={N}", "-D", "B=1",
+        r = subprocess.run([os.environ["ATTNC"], "run", path, "-arch", ARCH, "-D", f"N={N}", "-D", "B=1",
                             "--seed", "3", "--check", "--dump", dump], capture_output=True, text=True)
         print(r.stdout.strip(), flush=True)
         ld = lambda kind, n: torch.from_numpy(np.load(os.path.join(dump, f"{name}.{kind}.{n}.npy"))).cuda()
         q, k, v = ld("in", "q"), ld("in", "k"), ld("in", "v")
-        mod = attnc.compile(path, arch="sm_70", output=os.path.join(tmp, name + ".ptx"))
+        mod = attnc.compile(path, arch=ARCH, output=os.path.join(tmp, name + ".ptx"))
         o = torch.full(q.shape, float("nan"), device="cuda", dtype=torch.half)
         lse = torch.full(q.shape[:3], float("nan"), device="cuda", dtype=torch.float32)
         mod.run(name, q, k, v, out=[o, lse])
@@ -338,10 +351,10 @@ def mlp_cases(rep, kit, tmp, quick):
     g = torch.Generator(device="cuda").manual_seed(7)
 
     def rnd(*shape, scale=1.0):
-        return ((torch.rand(*shape, device="cuda", generator=g) * 2 - 1) * scale).half()
+        return ((torch.rand(*shape, device="cuda", generator=g) * 2 - 1) * scale).to(DT)
 
     def check(name, mod, block, inputs, outs, ref_fn, acc, kterms):
-        o = [torch.full(s, float("nan"), device="cuda", dtype=torch.half) for s in outs]
+        o = [torch.full(s, float("nan"), device="cuda", dtype=DT) for s in outs]
         mod.run(block, *inputs, out=o)
         torch.cuda.synchronize()
         r64 = ref_fn([x.double() for x in inputs])
@@ -363,7 +376,8 @@ def mlp_cases(rep, kit, tmp, quick):
               lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
     HID, FF = 256, 384
     src = shrink_consts(open(os.path.join(ROOT, "examples", "geglu_bias_mlp.attn")).read(), {"HIDDEN": HID, "FF": FF})
-    mod = compile_src(kit, tmp, "geglu_small", src)
+    geglu_acc = "f16" if DT == torch.float16 else "f32"   # the example is FP16-ACC; bf16 accumulates in f32
+    mod = compile_src(kit, tmp, "geglu_small", src.replace("acc f16", "acc " + geglu_acc))
     for T in Ts:
         x, wg, bg, wu, wd, bd = rnd(T, HID), rnd(HID, FF, scale=HID ** -0.5), rnd(FF), rnd(HID, FF, scale=HID ** -0.5), \
             rnd(FF, HID, scale=FF ** -0.5), rnd(HID)
@@ -371,7 +385,8 @@ def mlp_cases(rep, kit, tmp, quick):
         def ref(a):
             act = gelu(a[0] @ a[1] + a[2]) * (a[0] @ a[3])
             return [act @ a[4] + a[5], act]
-        check("geglu_bias_mlp", mod, "geglu", [x, wg, bg, wu, wd, bd], [(T, HID), (T, FF)], ref, "f16", max(HID, FF))
+        check("geglu_bias_mlp", mod, "geglu", [x, wg, bg, wu, wd, bd], [(T, HID), (T, FF)], ref, geglu_acc,
+              max(HID, FF))
     DIM, FF = 256, 512
     src = shrink_consts(open(os.path.join(ROOT, "examples", "decoder_layer.attn")).read(),
                         {"DIM": DIM, "FF": FF, "HEADS": 4, "KV_HEADS": 2})
@@ -412,7 +427,20 @@ def compile_src(kit, tmp, name, src):
 
 def compile_file(kit, tmp, path):
     out = os.path.join(tmp, os.path.basename(path).replace(".attn", ".ptx"))
-    return attnc.compile(path, arch="sm_70", output=out)
+    return attnc.compile(path, arch=ARCH, output=out)
+
+
+def compile_example(kit, tmp, name):
+    """An example as written (in bf16 runs: with its f16 tensors made bf16)."""
+    path = os.path.join(ROOT, "examples", name + ".attn")
+    if DT == torch.float16:
+        return compile_file(kit, tmp, path)
+    return compile_src(kit, tmp, name + "_bf16", shrink_consts(open(path).read(), {}))
+
+
+def accs():
+    """The accumulators to test: f16 needs f16 operands."""
+    return ("f32", "f16") if DT == torch.float16 else ("f32",)
 
 
 def main():
@@ -420,29 +448,35 @@ def main():
     ap.add_argument("--kit", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80"])
+    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--only", choices=["attention", "mlp", "emulation", "sanitize"], default=None)
     args = ap.parse_args()
+    global ARCH, DT, DTN
+    ARCH, DTN = args.arch, args.dtype
+    DT = torch.float16 if DTN == "f16" else torch.bfloat16
     os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)
-    tmp = "/tmp/attnc-sm70-check"
+    tmp = f"/tmp/attnc-check-{ARCH}-{DTN}"
     os.makedirs(tmp, exist_ok=True)
-    log = open(os.path.join(args.out, "sm70_check.log"), "w")
+    log = open(os.path.join(args.out, f"check-{ARCH}-{DTN}.log"), "w")
     rep = Report(log)
     t0 = time.time()
-    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, {ARCH} {DTN}", flush=True)
     if args.only in (None, "attention"):
         attention_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "mlp"):
         mlp_cases(rep, args.kit, tmp, args.quick)
-    if args.only in (None, "emulation"):
+    if args.only in (None, "emulation") and DT == torch.float16:
         fp16acc_emulation_cases(rep, args.kit, tmp)
     if args.only is None:
         binding_errors(rep, tmp)
     if args.only == "sanitize":   # small cases for compute-sanitizer
         name = "san_causal"
-        mod = compile_src(args.kit, tmp, name, attention_src(name, 2, 1, 64, "f16", "j <= i", None, False))
-        run_attention(rep, mod, name, name, 1, 2, 1, 17, 17, 64, "f16", 1 / 8, causal, None, False)
+        acc = accs()[-1]
+        mod = compile_src(args.kit, tmp, name, attention_src(name, 2, 1, 64, acc, "j <= i", None, False))
+        run_attention(rep, mod, name, name, 1, 2, 1, 17, 17, 64, acc, 1 / 8, causal, None, False)
         mod = compile_src(args.kit, tmp, "san_cross", attention_src("san_cross", 2, 2, 128, "f32", None, None, True))
         run_attention(rep, mod, "san_cross", "san_cross", 1, 2, 2, 5, 70, 128, "f32", 128 ** -0.5, None, None, True)
     bad = [r for r in rep.rows if not r[5]]

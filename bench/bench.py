@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""bench.py — attnc side by side with its peers, in one process, on one GPU.
+
+    python3 bench/bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
+
+The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
+2048 / head_dim, head dim 64 and 128, N in {512 ... 16384}, causal and not,
+fp16 and bf16; FLOPs = 4·B·H·N²·D (half when causal); the median of
+triton.testing.do_bench after its warm-up. Peers: torch SDPA's flash
+(FlashAttention-2) and cuDNN backends and torch.compile(flex_attention)
+(fp16). Every attnc output is also compared with the flash backend's on the
+same inputs (max |diff|, which must stay under 2e-2 for inputs of N(0, 1)).
+Also the SwiGLU MLP block at Llama-3-8B shapes (T = 4096, 8192) against torch
+eager and torch.compile, and attnc's compile time per block.
+
+Writes DIR/bench.json, DIR/bench.md (the tables for bench/RESULTS.md) and
+DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
+× causal, fp16).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import attnc  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+rows = []
+
+
+def log(**kw):
+    rows.append(kw)
+    print(json.dumps(kw), flush=True)
+
+
+def bench_ms(fn):
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def attention_block(name, D, causal, dt):
+    mask = "  mask(b, h, i, j) = j <= i;\n" if causal else ""
+    return (f"attention {name}(q: {dt}[B, H, N, {D}], k: {dt}[B, H, N, {D}], v: {dt}[B, H, N, {D}])\n"
+            f"    -> (o: {dt}[B, H, N, {D}], lse: f32[B, H, N]) {{\n  acc f32;\n{mask}}}\n")
+
+
+def compile_block(tmp, arch, name, text):
+    path = os.path.join(tmp, name + ".attn")
+    with open(path, "w") as f:
+        f.write(text)
+    out = os.path.join(tmp, name + ".ptx")
+    t0 = time.time()
+    mod = attnc.compile(path, arch=arch, output=out)
+    return mod, time.time() - t0
+
+
+def attention(args, tmp):
+    flex = None
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        flex = torch.compile(flex_attention, dynamic=False)
+    except Exception as e:  # reported, not hidden
+        log(what="flex", error=str(e)[:200])
+    Ns = [512, 1024, 2048, 4096, 8192, 16384]
+    if args.quick:
+        Ns = [1024, 8192]
+    for dtn, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        for D in (64, 128):
+            for causal in (False, True):
+                name = f"bench_{dtn}_d{D}{'_causal' if causal else ''}"
+                mod, ct = compile_block(tmp, args.arch, name, attention_block(name, D, causal, dtn))
+                log(what="compile", block=name, arch=args.arch, seconds=ct)
+                for N in Ns:
+                    B, H = 16384 // N, 2048 // D
+                    fl = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+                    q = torch.randn(B, H, N, D, device="cuda", dtype=dt)
+                    k, v = torch.randn_like(q), torch.randn_like(q)
+                    o = torch.empty_like(q)
+                    lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+                    row = dict(what="attention", arch=args.arch, dtype=dtn, D=D, N=N, B=B, H=H, causal=causal)
+                    ms = bench_ms(lambda: mod.run(name, q, k, v, out=[o, lse]))
+                    row["attnc"] = fl / ms / 1e9
+                    for be, sb in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                        try:
+                            with sdpa_kernel([sb]):
+                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                                row[be] = fl / bench_ms(fn) / 1e9
+                                if be == "flash":
+                                    mod.run(name, q, k, v, out=[o, lse])
+                                    row["maxdiff_vs_flash"] = float((o.float() - fn().float()).abs().max())
+                        except Exception as e:
+                            row[be + "_error"] = str(e)[:120]
+                    if flex is not None and dt == torch.float16:
+                        try:
+                            bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, N, N) if causal else None
+                            fn = lambda: flex(q, k, v, block_mask=bm)
+                            fn()
+                            row["flex"] = fl / bench_ms(fn) / 1e9
+                        except Exception as e:
+                            row["flex_error"] = str(e)[:120]
+                    for peer in ("flash", "cudnn", "flex"):
+                        if peer in row:
+                            row[f"vs_{peer}"] = row["attnc"] / row[peer]
+                    log(**row)
+                    del q, k, v, o, lse
+
+
+def mlp(args, tmp):
+    src = open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read()
+    mod, ct = compile_block(tmp, args.arch, "swiglu_mlp", src)
+    log(what="compile", block="swiglu", arch=args.arch, seconds=ct)
+    DIM, FF = 4096, 14336
+
+    def eager(x, wg, wu, wd):
+        return x + (F.silu(x @ wg) * (x @ wu)) @ wd
+    compiled = torch.compile(eager)
+    for T in (4096, 8192):
+        g = torch.Generator(device="cuda").manual_seed(T)
+        x = torch.randn(T, DIM, device="cuda", generator=g).half()
+        wg = (torch.randn(DIM, FF, device="cuda", generator=g) * DIM ** -0.5).half()
+        wu = (torch.randn(DIM, FF, device="cuda", generator=g) * DIM ** -0.5).half()
+        wd = (torch.randn(FF, DIM, device="cuda", generator=g) * FF ** -0.5).half()
+        y = torch.empty_like(x)
+        fl = 2 * T * DIM * FF * 3
+        row = dict(what="mlp", arch=args.arch, block="swiglu", T=T, DIM=DIM, FF=FF)
+        row["attnc"] = fl / bench_ms(lambda: mod.run("swiglu", x, wg, wu, wd, out=[y])) / 1e9
+        row["eager"] = fl / bench_ms(lambda: eager(x, wg, wu, wd)) / 1e9
+        compiled(x, wg, wu, wd)
+        row["compile"] = fl / bench_ms(lambda: compiled(x, wg, wu, wd)) / 1e9
+        mod.run("swiglu", x, wg, wu, wd, out=[y])
+        ref = eager(x, wg, wu, wd)
+        row["maxdiff_vs_eager"] = float((y.float() - ref.float()).abs().max())
+        row["vs_eager"] = row["attnc"] / row["eager"]
+        row["vs_compile"] = row["attnc"] / row["compile"]
+        log(**row)
+
+
+def report(args):
+    att = [r for r in rows if r["what"] == "attention"]
+    lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, attnc -arch {args.arch}; TFLOP/s",
+             "", "| dtype | D | N | causal | attnc | flash | cudnn | flex | vs flash | vs cudnn | max diff vs flash |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda r, k: f"{r[k]:.0f}" if k in r else "–"
+    g = lambda r, k: f"{r[k]:.2f}" if k in r else "–"
+    for r in att:
+        lines.append(f"| {r['dtype']} | {r['D']} | {r['N']} | {r['causal']} | {f(r, 'attnc')} | {f(r, 'flash')} | "
+                     f"{f(r, 'cudnn')} | {f(r, 'flex')} | {g(r, 'vs_flash')} | {g(r, 'vs_cudnn')} | "
+                     f"{r.get('maxdiff_vs_flash', float('nan')):.1e} |")
+    for peer in ("flash", "cudnn"):
+        v = [r[f"vs_{peer}"] for r in att if f"vs_{peer}" in r]
+        if v:
+            gm = math.exp(sum(math.log(x) for x in v) / len(v))
+            lines.append(f"\nattnc / {peer}: geometric mean {gm:.3f}, min {min(v):.3f}, max {max(v):.3f} "
+                         f"over {len(v)} rows")
+    m = [r for r in rows if r["what"] == "mlp"]
+    if m:
+        lines += ["", "| MLP | T | attnc | torch eager | torch.compile | vs eager | vs compile | max diff |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in m:
+            lines.append(f"| {r['block']} | {r['T']} | {r['attnc']:.0f} | {r['eager']:.0f} | {r['compile']:.0f} | "
+                         f"{r['vs_eager']:.2f} | {r['vs_compile']:.2f} | {r['maxdiff_vs_eager']:.1e} |")
+    c = [r for r in rows if r["what"] == "compile"]
+    if c:
+        lines.append("\ncompile time per block (attnc, PTX): " +
+                     ", ".join(f"{r['block']} {r['seconds']:.2f} s" for r in c))
+    text = "\n".join(lines) + "\n"
+    open(os.path.join(args.out, "bench.md"), "w").write(text)
+    print(text)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+        for ax, (D, causal) in zip(axes.flat, ((64, False), (64, True), (128, False), (128, True))):
+            sel = [r for r in att if r["D"] == D and r["causal"] == causal and r["dtype"] == "f16"]
+            for impl in ("attnc", "flash", "cudnn", "flex"):
+                pts = [(r["N"], r[impl]) for r in sel if impl in r]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=impl if impl != "attnc" else f"attnc {args.arch}")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"fp16, head dim {D}, {'causal' if causal else 'not causal'}")
+            ax.set_xlabel("N (batch·N = 16384)")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(f"attention forward on {torch.cuda.get_device_name()}")
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "bench.png"), dpi=110)
+    except Exception as e:
+        print("no plot:", e)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kit", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--arch", default="sm_80")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
+    os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
+    os.makedirs(args.out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="attnc-bench-")
+    attention(args, tmp)
+    mlp(args, tmp)
+    json.dump(rows, open(os.path.join(args.out, "bench.json"), "w"), indent=1)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+#!/bin/bash
+# gpu.sh — every GPU check in one go (the device tool runs it with gpu-kit/
+# carried; bench/gpu_kit.sh makes the kit): numerics of every case against
+# float64 PyTorch for each target (sm_70 f16, sm_80 f16 and bf16),
+# examples/embed, the SASS of the sm_80 kernels, compute-sanitizer memcheck
+# and racecheck, then the benchmark. Logs under $OUT (or ./out).
+#
+#   bench/gpu.sh [--quick] [--no-bench] [--no-sm70]
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+KIT=gpu-kit
+export LD_LIBRARY_PATH=$PWD/$KIT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+quick="" bench=1 sm70=1
+for a in "$@"; do
+  case $a in --quick) quick=--quick ;; --no-bench) bench=0 ;; --no-sm70) sm70=0 ;; esac
+done
+status=0
+summary=""
+step() { echo "== $*"; }
+note() { summary="$summary$*"$'\n'; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if ldd $KIT/attnc | grep -q "not found"; then ldd $KIT/attnc; echo "attnc cannot run here"; exit 1; fi
+
+checks() {   # arch dtype
+  step "numerics $1 $2"
+  python3 bench/gpu_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" $quick > "$OUT/numerics-$1-$2.log" 2>&1 ||
+    status=1
+  grep -E "^FAIL" "$OUT/numerics-$1-$2.log" | head -20
+  note "numerics $1 $2: $(grep -E 'checks,' "$OUT/numerics-$1-$2.log" | tail -1)"
+}
+[ $sm70 = 1 ] && checks sm_70 f16
+checks sm_80 f16
+checks sm_80 bf16
+
+step "embed (C, libattnrt only)"
+for arch in sm_70 sm_80; do
+  $KIT/attnc examples/mha.attn -arch $arch -o /tmp/attn-$arch.ptx && $KIT/attnc-embed /tmp/attn-$arch.ptx 2 1000 ||
+    status=1
+done
+
+step "SASS of the sm_80 attention kernels (ptxas for this GPU): HMMA.16816, no local memory"
+for ex in mha gqa_causal softcap_alibi sliding_window document_mask cross_attention; do
+  $KIT/attnc examples/$ex.attn -arch sm_80 -o /tmp/$ex-80.ptx || { status=1; continue; }
+  /usr/local/cuda/bin/ptxas -arch=sm_90 /tmp/$ex-80.ptx -o /tmp/$ex-80.cubin || { status=1; continue; }
+  sass=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-80.cubin)
+  hmma=$(grep -c "HMMA.16816" <<<"$sass"); local_mem=$(grep -cE "\b(LDL|STL)\b" <<<"$sass")
+  ldsm=$(grep -c "LDSM" <<<"$sass"); ldgsts=$(grep -c "LDGSTS" <<<"$sass")
+  ok=ok; { [ "$hmma" -gt 0 ] && [ "$local_mem" -eq 0 ]; } || { ok=FAIL; status=1; }
+  echo "$ok $ex: HMMA.16816 $hmma, LDSM $ldsm, LDGSTS $ldgsts, LDL/STL $local_mem"
+  note "SASS $ex: $ok (HMMA.16816 $hmma, LDSM $ldsm, LDGSTS $ldgsts, local $local_mem)"
+done
+
+SAN=/usr/local/cuda/bin/compute-sanitizer
+san=/tmp/attnc-san && rm -rf $san && mkdir -p $san
+for tool in memcheck racecheck; do
+  for arch in sm_70 sm_80; do
+    step "compute-sanitizer $tool $arch"
+    $SAN --tool $tool --error-exitcode 9 $KIT/attnc-embed /tmp/attn-$arch.ptx 1 17 > $san/$tool-$arch-embed.log 2>&1 ||
+      status=1
+    $SAN --tool $tool --error-exitcode 9 python3 bench/gpu_check.py --kit $KIT --out /tmp/san --arch $arch --only sanitize \
+      > $san/$tool-$arch-python.log 2>&1 || status=1
+    for w in embed python; do
+      note "sanitizer $tool $arch $w: $(grep -hE '(ERROR|RACECHECK) SUMMARY|checks,' $san/$tool-$arch-$w.log | tr '\n' ' ')"
+    done
+  done
+done
+for f in $san/*.log; do echo "=== $f"; cat "$f"; done > "$OUT/sanitizers.log"
+
+if [ $bench = 1 ]; then
+  step "benchmark (sm_80 PTX against SDPA flash / cuDNN / flex; SwiGLU against torch)"
+  python3 bench/bench.py --kit $KIT --out "$OUT" --arch sm_80 $quick > "$OUT/bench.log" 2>&1 || status=1
+  tail -60 "$OUT/bench.log"
+fi
+echo
+echo "$summary"
+echo "status $status"
+exit $status

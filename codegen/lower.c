@@ -1,0 +1,674 @@
+/* lower.c — the ops of a kernel (tile IR) in LLVM IR, and the kernel
+ * skeleton; target hooks (CgTarget) do the MMA and the async copies. */
+#include "codegen/lower.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- ops ---------------------------------------------------------------------- */
+
+static void emit_block(Cg *cg, const Block *blk, const Value **yielded_ops, Cv **yielded);
+
+static void emit_elementwise(Cg *cg, const Op *op) {
+    const Type *rt = op->results[0]->type;
+    if (rt->kind == TY_SCALAR) {
+        LLVMValueRef x[3];
+        ScalarKind ks[3];
+        for (int i = 0; i < op->noperands; i++) {
+            x[i] = as_scalar(cg, op, op->operands[i]);
+            ks[i] = elem_of(op->operands[i]);
+        }
+        cv_put(cg, op->results[0], cv_scalar(cg, scalar_op(cg, op, rt->elem, x, ks)));
+        return;
+    }
+    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    Dist *ops[3];
+    ScalarKind ks[3];
+    for (int i = 0; i < op->noperands; i++) {
+        ops[i] = as_dist(cg, op, op->operands[i]);
+        ks[i] = elem_of(op->operands[i]);
+    }
+    Dist *r = dist_new(cg, rt->elem, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef x[3];
+        for (int i = 0; i < op->noperands; i++)
+            x[i] = dist_get(cg, ops[i], ps[k]);
+        dist_set(cg, r, ps[k], scalar_op(cg, op, rt->elem, x, ks));
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, r));
+}
+
+/* Memref coordinates of a tile element: the op's base indices plus the tile
+ * coordinates along the memref dims `dims` names. */
+void mem_coords(Cg *cg, const Op *op, const Mem *m, int first, LLVMValueRef row, LLVMValueRef col,
+                       LLVMValueRef *co) {
+    Attr *dims = op_attr(op, "dims");
+    for (int d = 0; d < m->rank; d++)
+        co[d] = as_scalar(cg, op, op->operands[first + d]);
+    LLVMValueRef t[2] = {row, col};
+    for (int a = 0; a < dims->n && a < 2; a++)
+        if (dims->elems[a]->i >= 0)
+            co[dims->elems[a]->i] = add(cg, co[dims->elems[a]->i], t[a]);
+}
+
+/* Offset of the coordinates, and whether they are inside the memref. */
+LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *inside) {
+    LLVMValueRef off = ci64(cg, 0), in = LLVMConstInt(cg->i1, 1, 0);
+    for (int d = 0; d < m->rank; d++) {
+        /* unsigned compare: negative coordinates are outside too */
+        in = LLVMBuildAnd(cg->b, in, LLVMBuildICmp(cg->b, LLVMIntULT, co[d], m->dims[d], ""), "");
+        off = add(cg, off, mul(cg, co[d], m->strides[d]));
+    }
+    *inside = in;
+    return off;
+}
+
+/* Loads one element at off if inside, else gives fill (no branch: the address
+ * is clamped to element 0). */
+/* The memref offset of position p of a rows×cols tile at the op's indices
+ * (operands from `first`), and whether it is inside the memref. */
+static LLVMValueRef tile_offset(Cg *cg, const Op *op, const Mem *m, int first, Pos p, int64_t rows, int64_t cols,
+                                LLVMValueRef *inside) {
+    LLVMValueRef r, c, co[8];
+    coords(cg, p, rows, cols, &r, &c);
+    mem_coords(cg, op, m, first, r, c, co);
+    return mem_offset(cg, m, co, inside);
+}
+
+static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMValueRef inside, LLVMValueRef fill) {
+    LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
+    LLVMValueRef v = load_elem(cg, m->elem, gep(cg, m->elem, m->ptr, safe));
+    return LLVMBuildSelect(cg->b, inside, v, fill, "");
+}
+
+
+
+static void emit_load(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *rt = op->results[0]->type;
+    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
+    if (op_attr(op, "nv.operand")) {   /* sm70-layout: the dots read it from shared memory */
+        View *w = NEW(cg->a, View);
+        w->rows = rows;
+        w->cols = cols;
+        if (m->shared) {   /* a stage of a shared buffer: the dot reads it in place */
+            LLVMValueRef co[8], inside;
+            mem_coords(cg, op, m, 1, ci64(cg, 0), ci64(cg, 0), co);
+            w->base = gep(cg, m->elem, m->ptr, mem_offset(cg, m, co, &inside));
+            w->stride = m->cstrides[m->rank - 2];
+        } else {
+            emit_view_copy(cg, op, m, w);
+        }
+        Cv *c = NEW(cg->a, Cv);
+        c->kind = CV_VIEW;
+        c->view = w;
+        cv_put(cg, op->results[0], c);
+        return;
+    }
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    Attr *pad = op_attr(op, "pad");
+    double padv = pad ? (pad->kind == AT_FLOAT ? pad->f : (double)pad->i) : 0;
+    LLVMValueRef fill = scalar_is_float(rt->elem) ? fconst(cg, rt->elem, padv)
+                                                  : LLVMConstInt(lty(cg, rt->elem), (unsigned long long)padv, 1);
+    Dist *d = dist_new(cg, rt->elem, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], rows, cols, &inside);
+        dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, fill));
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, d));
+}
+
+static void emit_store(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *t = op->operands[1]->type;
+    int64_t rows = t->dims[0].size, cols = t->dims[1].size;
+    Dist *d = as_dist(cg, op, op->operands[1]);
+    if (cg->failed)
+        return;
+    LLVMValueRef own = tile_owner(cg, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
+        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
+        store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
+        if_end(cg, join);
+    }
+}
+
+static void emit_gather(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *rt = op->results[0]->type;
+    if (rt->kind == TY_SCALAR) {   /* every index a scalar: one load, the same in all threads */
+        LLVMValueRef co[8], inside;
+        for (int i = 0; i < m->rank; i++)
+            co[i] = cg_cast(cg, as_scalar(cg, op, op->operands[1 + i]), elem_of(op->operands[1 + i]), SK_INDEX);
+        LLVMValueRef off = mem_offset(cg, m, co, &inside);
+        cv_put(cg, op->results[0], cv_scalar(cg, guarded_load(cg, m, off, inside, LLVMConstNull(lty(cg, m->elem)))));
+        return;
+    }
+    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    Dist *ix[8];
+    for (int i = 0; i < m->rank; i++)
+        ix[i] = as_dist(cg, op, op->operands[1 + i]);
+    Dist *d = dist_new(cg, rt->elem, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef co[8], inside;
+        for (int i = 0; i < m->rank; i++)
+            co[i] = cg_cast(cg, dist_get(cg, ix[i], ps[k]), ix[i]->elem, SK_INDEX);
+        LLVMValueRef off = mem_offset(cg, m, co, &inside);
+        dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, LLVMConstNull(lty(cg, m->elem))));
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, d));
+}
+
+static void emit_splat_iota(Cg *cg, const Op *op) {
+    const Type *rt = op->results[0]->type;
+    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    if (op->kind == OP_SPLAT) {
+        Dist *d = dist_new(cg, rt->elem, 1, 1);
+        d->v[0] = as_scalar(cg, op, op->operands[0]);
+        cv_put(cg, op->results[0], cv_dist(cg, d));
+        return;
+    }
+    int axis = (int)op_attr(op, "axis")->i;
+    Dist *d = dist_new(cg, rt->elem, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef r, c;
+        coords(cg, ps[k], rows, cols, &r, &c);
+        dist_set(cg, d, ps[k], cg_cast(cg, axis == 0 ? r : c, SK_INDEX, rt->elem));
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, d));
+}
+
+static LLVMValueRef combine(Cg *cg, const char *kind, ScalarKind k, LLVMValueRef x, LLVMValueRef y) {
+    if (strcmp(kind, "sum") == 0) {
+        LLVMValueRef r = LLVMBuildFAdd(cg->b, to_f32(cg, x), to_f32(cg, y), "");
+        return round_f32(cg, r, k);
+    }
+    return fmaxmin(cg, strcmp(kind, "max") == 0, x, y);
+}
+
+static void emit_reduce(Cg *cg, const Op *op) {
+    const char *kind = op_attr(op, "kind")->s;
+    if (strcmp(kind, "sum") && strcmp(kind, "max") && strcmp(kind, "min")) {
+        cg_err(cg, op, "reduction '%s' is not supported", kind);
+        return;
+    }
+    const Type *xt = op->operands[0]->type, *rt = op->results[0]->type;
+    int64_t rows = xt->dims[0].size, cols = xt->dims[1].size;
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    Dist *x = as_dist(cg, op, op->operands[0]);
+    Dist *r = dist_new(cg, rt->elem, rows, 1);
+    if (cols == 1) {   /* already one per row */
+        for (int k = 0; k < r->n; k++)
+            r->v[k] = x->v[k] ? cg_cast(cg, x->v[k], x->elem, rt->elem) : NULL;
+        cv_put(cg, op->results[0], cv_dist(cg, r));
+        return;
+    }
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    if (cg->lay == LAY_ACC) {
+        /* in-thread over the row's elements, then across the lanes sharing the row */
+        LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, cg->mrep * 8);
+        for (int k = 0; k < n; k++) {
+            int s = ps[k].a * 8 + (ps[k].i & cg->acc.row_bits);
+            LLVMValueRef v = cg_cast(cg, dist_get(cg, x, ps[k]), x->elem, rt->elem);
+            acc[s] = acc[s] ? combine(cg, kind, rt->elem, acc[s], v) : v;
+        }
+        for (int s = 0; s < cg->mrep * 8; s++) {
+            if (!acc[s])
+                continue;
+            LLVMValueRef v = acc[s];
+            for (int bit = 1; bit < 32; bit <<= 1)
+                if (cg->acc.row_lanes & bit)
+                    v = combine(cg, kind, rt->elem, v, shfl_xor(cg, v, bit));
+            r->v[s] = v;
+        }
+        cv_put(cg, op->results[0], cv_dist(cg, r));
+        return;
+    }
+    /* BLOCKED: per thread, per warp, then across warps through shared memory */
+    LLVMValueRef scratch = smem_alloc(cg, (int64_t)rows * cg->nwarps * 4);
+    for (int64_t row = 0; row < rows; row++) {
+        LLVMValueRef v = NULL;
+        for (int64_t j = 0; j < cslots(cg, cols); j++) {
+            LLVMValueRef e = cg_cast(cg, dist_get(cg, x, (Pos){(int)row, (int)j, 0}), x->elem, SK_F32);
+            if ((j + 1) * cg->threads > cols) {   /* past the row's end: the identity */
+                double id = strcmp(kind, "sum") == 0 ? 0 : strcmp(kind, "max") == 0 ? -INFINITY : INFINITY;
+                LLVMValueRef col = add(cg, ci64(cg, j * cg->threads), zext64(cg, cg->tid));
+                e = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, col, ci64(cg, cols), ""), e,
+                                    fconst(cg, SK_F32, id), "");
+            }
+            v = v ? combine(cg, kind, SK_F32, v, e) : e;
+        }
+        for (int m = 16; m >= 1; m /= 2)
+            v = combine(cg, kind, SK_F32, v, shfl_xor(cg, v, m));
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
+        LLVMValueRef slot = add(cg, mul(cg, zext64(cg, cg->warp), ci64(cg, rows)), ci64(cg, row));
+        LLVMBuildStore(cg->b, v, gep(cg, SK_F32, scratch, slot));
+        if_end(cg, join);
+    }
+    cg_barrier(cg);
+    for (int64_t row = 0; row < rows; row++) {
+        LLVMValueRef v = NULL;
+        for (int w = 0; w < cg->nwarps; w++) {
+            LLVMValueRef e = LLVMBuildLoad2(cg->b, cg->f32, gep(cg, SK_F32, scratch, ci64(cg, w * rows + row)), "");
+            v = v ? combine(cg, kind, SK_F32, v, e) : e;
+        }
+        r->v[row] = cg_cast(cg, v, SK_F32, rt->elem);
+    }
+    cg_barrier(cg);
+    cv_put(cg, op->results[0], cv_dist(cg, r));
+}
+
+
+static void emit_trans(Cg *cg, const Op *op) {
+    Cv *c = cv_get(cg, op->operands[0]);
+    if (!c || c->kind != CV_VIEW) {
+        cg_err(cg, op, "tile.trans is supported on loaded tiles only", NULL);
+        return;
+    }
+    View *w = NEW(cg->a, View);
+    *w = *c->view;
+    w->trans = !w->trans;
+    int64_t t = w->rows;
+    w->rows = w->cols;
+    w->cols = t;
+    Cv *r = NEW(cg->a, Cv);
+    r->kind = CV_VIEW;
+    r->view = w;
+    cv_put(cg, op->results[0], r);
+}
+
+/* ---- control flow --------------------------------------------------------------- */
+
+/* Loop-carried state: a phi per stored slot of a tile, per register of a
+ * token, or one for a scalar. */
+typedef struct Carried {
+    Cv *cv;
+    int n;
+    LLVMValueRef *phis;
+} Carried;
+
+static Cv *make_phis(Cg *cg, const Op *op, const Value *arg, Cv *init, Carried *c) {
+    Cv *cv = NEW(cg->a, Cv);
+    const Type *t = arg->type;
+    if (t->kind == TY_TILE) {
+        int64_t rows = t->dims[0].size, cols = t->dims[1].size;
+        Dist *d = dist_new(cg, t->elem, rows, cols);
+        Pos *ps;
+        int n = positions(cg, rows, cols, &ps);
+        c->phis = NEW_ARRAY(cg->a, LLVMValueRef, d->n);
+        for (int k = 0; k < n; k++) {
+            LLVMValueRef p = LLVMBuildPhi(cg->b, lty(cg, t->elem), "");
+            dist_set(cg, d, ps[k], p);
+        }
+        for (int s = 0; s < d->n; s++)
+            c->phis[s] = d->v[s];
+        c->n = d->n;
+        cv->kind = CV_DIST;
+        cv->d = d;
+    } else if (t->kind == TY_TOKEN) {
+        if (!init || init->kind != CV_TOKEN) {
+            cg_err(cg, op, "a loop-carried token must come from tile.copy_async", NULL);
+            return cv;
+        }
+        Token *tok = NEW(cg->a, Token);
+        *tok = *init->tok;
+        tok->regs = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)tok->nregs);
+        c->n = tok->nregs + 1;
+        c->phis = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)c->n);
+        for (int j = 0; j < tok->nregs; j++)
+            c->phis[j] = tok->regs[j] = LLVMBuildPhi(cg->b, LLVMTypeOf(init->tok->regs[j]), "");
+        c->phis[tok->nregs] = tok->stage = LLVMBuildPhi(cg->b, cg->i64, "");
+        cv->kind = CV_TOKEN;
+        cv->tok = tok;
+    } else {
+        c->n = 1;
+        c->phis = NEW_ARRAY(cg->a, LLVMValueRef, 1);
+        c->phis[0] = LLVMBuildPhi(cg->b, lty(cg, t->elem), "");
+        cv->kind = CV_SCALAR;
+        cv->s = c->phis[0];
+    }
+    c->cv = cv;
+    return cv;
+}
+
+static void incoming(Cg *cg, const Op *op, Carried *c, const Value *src_val, Cv *src, LLVMBasicBlockRef bb) {
+    if (c->cv->kind == CV_DIST) {
+        Dist *d = c->cv->d;
+        Dist *s = src->kind == CV_DIST ? src->d : as_dist(cg, op, src_val);
+        Pos *ps;
+        int n = positions(cg, d->rows, d->cols, &ps);
+        for (int k = 0; k < n; k++) {
+            LLVMValueRef v = cg_cast(cg, dist_get(cg, s, ps[k]), s->elem, d->elem);
+            LLVMValueRef phi = dist_get(cg, d, ps[k]);
+            LLVMAddIncoming(phi, &v, &bb, 1);
+        }
+    } else if (c->cv->kind == CV_TOKEN) {
+        if (src->kind != CV_TOKEN || src->tok->nregs != c->cv->tok->nregs || src->tok->dst != c->cv->tok->dst) {
+            cg_err(cg, op, "the tokens a loop carries must copy into the same buffer", NULL);
+            return;
+        }
+        for (int j = 0; j < src->tok->nregs; j++)
+            LLVMAddIncoming(c->phis[j], &src->tok->regs[j], &bb, 1);
+        LLVMAddIncoming(c->phis[c->n - 1], &src->tok->stage, &bb, 1);
+    } else {
+        LLVMValueRef v = src->kind == CV_SCALAR ? src->s : LLVMGetUndef(LLVMTypeOf(c->phis[0]));
+        LLVMAddIncoming(c->phis[0], &v, &bb, 1);
+    }
+}
+
+/* The async copies (commit groups) issued after the one that carried token
+ * i of a loop holds at the top of a later iteration: those after its copy in
+ * the body, plus a whole body per iteration it was passed along unchanged.
+ * 0 when unknown (a wait then waits for everything). */
+static int groups_after(const Block *body, int i, int depth) {
+    const Op *yield = NULL;
+    int copies = 0;
+    for (const Op *o = body->first; o; o = o->next) {
+        copies += o->kind == OP_COPY_ASYNC;
+        if (o->kind == OP_TILE_YIELD)
+            yield = o;
+    }
+    if (!yield || i >= yield->noperands || depth > 8)
+        return 0;
+    const Value *v = yield->operands[i];
+    for (int j = 0; j + 1 < body->nargs; j++)
+        if (v == body->args[1 + j])   /* passed along: a body's copies later */
+            return groups_after(body, j, depth + 1) + copies;
+    int after = -1;
+    for (const Op *o = body->first; o; o = o->next) {
+        if (after >= 0 && o->kind == OP_COPY_ASYNC)
+            after++;
+        if (o->kind == OP_COPY_ASYNC && o->results[0] == v)
+            after = 0;
+    }
+    return after < 0 ? 0 : after;
+}
+
+static void emit_for(Cg *cg, const Op *op) {
+    LLVMValueRef lb = as_scalar(cg, op, op->operands[0]), ub = as_scalar(cg, op, op->operands[1]),
+                 step = as_scalar(cg, op, op->operands[2]);
+    int ncarry = op->noperands - 3;
+    const Block *body = op->regions[0].blocks[0];
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "loop");
+    LLVMBasicBlockRef bodybb = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "body");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "exit");
+    /* values of the inits, as seen from the preheader */
+    Cv **init = NEW_ARRAY(cg->a, Cv *, ncarry + 1);
+    for (int i = 0; i < ncarry; i++)
+        init[i] = cv_get(cg, op->operands[3 + i]);
+    /* make sure tile inits are tiles before leaving the preheader */
+    for (int i = 0; i < ncarry; i++)
+        if (body->args[1 + i]->type->kind == TY_TILE && init[i] && init[i]->kind == CV_VIEW)
+            as_dist(cg, op, op->operands[3 + i]);
+    LLVMBuildBr(cg->b, head);
+    LLVMPositionBuilderAtEnd(cg->b, head);
+    LLVMValueRef iv = LLVMBuildPhi(cg->b, cg->i64, "iv");
+    LLVMAddIncoming(iv, &lb, &pre, 1);
+    Carried *car = NEW_ARRAY(cg->a, Carried, ncarry + 1);
+    for (int i = 0; i < ncarry; i++) {
+        Cv *cv = make_phis(cg, op, body->args[1 + i], init[i], &car[i]);
+        if (cv->kind == CV_TOKEN && cv->tok->group >= 0) {
+            /* a tile.wait lets the groups younger than its token's stay in
+             * flight: take the fewer of the first iteration's and later ones' */
+            int later = groups_after(body, i, 0);
+            int first = cg->groups - 1 - cv->tok->group;
+            cv->tok->group = cg->groups - 1 - (later < first ? later : first);
+        }
+        cv_put(cg, body->args[1 + i], cv);
+    }
+    if (cg->failed)
+        return;
+    /* incoming from the preheader: build any conversions there */
+    LLVMBasicBlockRef save = LLVMGetInsertBlock(cg->b);
+    LLVMPositionBuilderBefore(cg->b, LLVMGetBasicBlockTerminator(pre));
+    for (int i = 0; i < ncarry; i++)
+        incoming(cg, op, &car[i], op->operands[3 + i], init[i], pre);
+    LLVMPositionBuilderAtEnd(cg->b, save);
+    cv_put(cg, body->args[0], cv_scalar(cg, iv));
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, iv, ub, ""), bodybb, exit);
+    LLVMPositionBuilderAtEnd(cg->b, bodybb);
+    const Value **yv = NEW_ARRAY(cg->a, const Value *, ncarry + 1);
+    Cv **ys = NEW_ARRAY(cg->a, Cv *, ncarry + 1);
+    emit_block(cg, body, yv, ys);
+    if (cg->failed)
+        return;
+    LLVMValueRef next = LLVMBuildAdd(cg->b, iv, step, "");
+    for (int i = 0; i < ncarry; i++) {
+        if (ys[i] && ys[i]->kind == CV_VIEW)
+            as_dist(cg, op, yv[i]);
+    }
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(cg->b);
+    for (int i = 0; i < ncarry; i++)
+        incoming(cg, op, &car[i], yv[i], ys[i], latch);
+    LLVMAddIncoming(iv, &next, &latch, 1);
+    LLVMBuildBr(cg->b, head);
+    LLVMPositionBuilderAtEnd(cg->b, exit);
+    for (int i = 0; i < ncarry; i++)
+        cv_put(cg, op->results[i], car[i].cv);
+}
+
+static void emit_op(Cg *cg, const Op *op) {
+    switch (op->kind) {
+    case OP_CONSTANT: {
+        const Type *t = op->results[0]->type;
+        Attr *v = op_attr(op, "value");
+        double x = v->kind == AT_FLOAT ? v->f : (double)v->i;
+        LLVMValueRef c = scalar_is_float(t->elem) ? fconst(cg, t->elem, x)
+                                                  : LLVMConstInt(lty(cg, t->elem), (unsigned long long)v->i, 1);
+        cv_put(cg, op->results[0], cv_scalar(cg, c));
+        return;
+    }
+    case OP_DIM: {
+        const char *name = op_attr(op, "name")->s;
+        for (int i = 0; i < cg->spec->ndims; i++)
+            if (strcmp(cg->spec->dims[i], name) == 0) {
+                cv_put(cg, op->results[0],
+                       cv_scalar(cg, LLVMGetParam(cg->fn, (unsigned)(cg->spec->launch->noperands - 3 +
+                                                                     cg->spec->launch->nresults + i))));
+                return;
+            }
+        cg_err(cg, op, "unknown dim '%s'", name);
+        return;
+    }
+    case OP_LOAD: emit_load(cg, op); return;
+    case OP_STORE: emit_store(cg, op); return;
+    case OP_GATHER: emit_gather(cg, op); return;
+    case OP_SPLAT: case OP_IOTA: emit_splat_iota(cg, op); return;
+    case OP_TILE_REDUCE: emit_reduce(cg, op); return;
+    case OP_DOT: cg->target->dot(cg, op); return;
+    case OP_TRANS: emit_trans(cg, op); return;
+    case OP_ALLOC: emit_alloc(cg, op); return;
+    case OP_COPY_ASYNC: cg->target->copy_async(cg, op); return;
+    case OP_WAIT: cg->target->wait(cg, op); return;
+    case OP_FOR: emit_for(cg, op); return;
+    default: break;
+    }
+    const char *name = op_info[op->kind].name;
+    if ((strncmp(name, "arith.", 6) == 0 || strncmp(name, "math.", 5) == 0) && op->nresults == 1) {
+        for (int i = 0; i < op->noperands && !cg->info->bf16; i++)
+            if (op->operands[i]->type->elem == SK_BF16) {
+                cg_err(cg, op, "%s", arena_printf(cg->a, "bf16 has no arithmetic on %s (%s has no bf16 MMA); use f16",
+                                                  cg->info->name, cg->info->family));
+                return;
+            }
+        emit_elementwise(cg, op);
+        return;
+    }
+    cg_err(cg, op, "%s", arena_printf(cg->a, "'%s' cannot be lowered for %s", name, cg->info->name));
+}
+
+static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
+    int index = 0;
+    for (const Op *op = blk->first; op && !cg->failed; op = op->next, index++) {
+        if (blk == cg->top && index > 0)
+            smem_release(cg, index - 1);
+        if (op->kind == OP_TILE_YIELD) {
+            for (int i = 0; i < op->noperands; i++) {
+                if (yv)
+                    yv[i] = op->operands[i];
+                if (ys)
+                    ys[i] = cv_get(cg, op->operands[i]);
+            }
+            continue;
+        }
+        emit_op(cg, op);
+    }
+}
+
+
+/* ---- the kernel ----------------------------------------------------------------- */
+
+bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
+                 KernelInfo *info) {
+    Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target_lookup(target->name)};
+    Cg *cg = &cgs;
+    map_init(&cg->vals, false);
+    cg->i1 = LLVMInt1TypeInContext(ctx);
+    cg->i16 = LLVMInt16TypeInContext(ctx);
+    cg->i32 = LLVMInt32TypeInContext(ctx);
+    cg->i64 = LLVMInt64TypeInContext(ctx);
+    cg->f16 = LLVMHalfTypeInContext(ctx);
+    cg->bf16 = LLVMBFloatTypeInContext(ctx);
+    cg->f32 = LLVMFloatTypeInContext(ctx);
+    cg->v2f16 = LLVMVectorType(cg->f16, 2);
+    cg->p1 = LLVMPointerTypeInContext(ctx, 1);
+    const Op *launch = k->launch;
+    const Block *body = launch->regions[0].blocks[0];
+
+    /* the layout the target's lowering pass chose */
+    Attr *lay = op_attr(launch, "nv.layout"), *rows = op_attr(launch, "nv.rows"),
+         *warps = op_attr(launch, "nv.warps"), *blocks = op_attr(launch, "nv.row_blocks");
+    if (!lay || !rows || !warps || !blocks)
+        return cg_err(cg, launch, "internal error: the launch has no nv.layout (run %s first)", cg->info->lowering);
+    cg->lay = strcmp(lay->s, "blocked") == 0 ? LAY_BLOCKED : LAY_ACC;
+    cg->acc16 = strcmp(lay->s, "acc.f16") == 0;
+    cg->acc = target->acc_layout(cg->acc16);
+    cg->R = rows->i;
+    cg->nwarps = (int)warps->i;
+    cg->mrep = (int)blocks->i;
+    cg->threads = 32 * cg->nwarps;
+
+    /* the function: memref pointers, then the block's dims */
+    int nmem = launch->noperands - 3 + launch->nresults;
+    int nparams = nmem + k->ndims;
+    LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
+    for (int i = 0; i < nparams; i++)
+        pt[i] = i < nmem ? cg->p1 : cg->i64;
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), pt, (unsigned)nparams, false);
+    cg->fn = LLVMAddFunction(mod, k->name, ft);
+    LLVMSetFunctionCallConv(cg->fn, 71 /* ptx_kernel */);
+    for (int i = 0; i < nmem; i++) {
+        LLVMValueRef p = LLVMGetParam(cg->fn, (unsigned)i);
+        unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+        LLVMAddAttributeAtIndex(cg->fn, (unsigned)(i + 1), LLVMCreateEnumAttribute(ctx, noalias, 0));
+        LLVMSetValueName2(p, body->args[3 + i]->name ? body->args[3 + i]->name : "mem",
+                          strlen(body->args[3 + i]->name ? body->args[3 + i]->name : "mem"));
+    }
+    for (int i = 0; i < k->ndims; i++)
+        LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nmem + i)), k->dims[i], strlen(k->dims[i]));
+    cg->smem = LLVMGetNamedGlobal(mod, "attnc_smem");
+    if (!cg->smem) {
+        LLVMTypeRef at = LLVMArrayType(LLVMInt8TypeInContext(ctx), 0);
+        cg->smem = LLVMAddGlobalInAddressSpace(mod, at, "attnc_smem", 3);
+        LLVMSetLinkage(cg->smem, LLVMExternalLinkage);
+        LLVMSetAlignment(cg->smem, 16);
+    }
+    cg->b = LLVMCreateBuilderInContext(ctx);
+    LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(ctx, cg->fn, "entry"));
+    cg->tid = sreg(cg, "tid.x");
+    cg->lane = LLVMBuildAnd(cg->b, cg->tid, ci32(cg, 31), "lane");
+    cg->warp = LLVMBuildLShr(cg->b, cg->tid, ci32(cg, 5), "warp");
+    static const char *pids[3] = {"ctaid.x", "ctaid.y", "ctaid.z"};
+    for (int i = 0; i < 3; i++)
+        cv_put(cg, body->args[i], cv_scalar(cg, zext64(cg, sreg(cg, pids[i]))));
+
+    /* memrefs: row-major, strides from the dims */
+    for (int i = 0; i < nmem; i++) {
+        const Value *arg = body->args[3 + i];
+        const Type *t = arg->type;
+        Mem *m = NEW(a, Mem);
+        m->elem = t->elem;
+        m->rank = t->rank;
+        m->ptr = LLVMGetParam(cg->fn, (unsigned)i);
+        for (int dd = 0; dd < t->rank; dd++) {
+            if (t->dims[dd].sym) {
+                m->dims[dd] = NULL;
+                for (int j = 0; j < k->ndims; j++)
+                    if (strcmp(k->dims[j], t->dims[dd].sym) == 0)
+                        m->dims[dd] = LLVMGetParam(cg->fn, (unsigned)(nmem + j));
+                if (!m->dims[dd])
+                    return cg_err(cg, launch, "unknown dim '%s'", t->dims[dd].sym);
+            } else {
+                m->dims[dd] = ci64(cg, t->dims[dd].size);
+            }
+        }
+        LLVMValueRef s = ci64(cg, 1);
+        for (int dd = t->rank - 1; dd >= 0; dd--) {
+            m->strides[dd] = s;
+            s = mul(cg, s, m->dims[dd]);
+        }
+        Cv *c = NEW(a, Cv);
+        c->kind = CV_MEM;
+        c->mem = m;
+        cv_put(cg, arg, c);
+    }
+    cg->top = body;
+    map_init(&cg->last_use, false);
+    int index = 0;
+    for (const Op *o = body->first; o; o = o->next)
+        note_uses(cg, o, index++);
+    emit_block(cg, body, NULL, NULL);
+    if (!cg->failed && target->drain)
+        target->drain(cg);
+    if (!cg->failed)
+        LLVMBuildRetVoid(cg->b);
+    LLVMDisposeBuilder(cg->b);
+    if (cg->failed)
+        return false;
+
+    /* launch bounds: exactly `threads` per block */
+    LLVMMetadataRef ann[3] = {
+        LLVMValueAsMetadata(cg->fn),
+        LLVMMDStringInContext2(ctx, "maxntidx", 8),
+        LLVMValueAsMetadata(ci32(cg, cg->threads)),
+    };
+    LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
+                                LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
+    if (cg->smem_bytes > cg->info->smem_limit)   /* the most a block can opt in to */
+        return cg_err(cg, launch, "%s",
+                      arena_printf(a, "the kernel needs %lld bytes of shared memory; %s has %lld",
+                                   (long long)cg->smem_bytes, cg->info->name, (long long)cg->info->smem_limit));
+    info->threads = cg->threads;
+    info->smem_bytes = (cg->smem_bytes + 15) & ~(int64_t)15;
+    return true;
+}
+

@@ -1,0 +1,235 @@
+/* lower.h — the shared lowering of tile IR to LLVM IR (internal to codegen/),
+ * and the interface a target's code generator fills in (CgTarget).
+ *
+ * Every tile value lives in registers, spread over the block's threads by
+ * the kernel's layout (the launch's nv.layout, chosen by the target's
+ * lowering pass):
+ *
+ *   ACC      kernels with a tile.dot: the layout of the target's MMA
+ *            accumulator. Warp w owns rows [16·w·mrep, 16·(w+1)·mrep); each
+ *            thread holds 8 elements of every 16×16 block of its rows; where
+ *            element i of a block lies is the target's AccLayout.
+ *   BLOCKED  the others (row kernels): thread t holds columns t, t+T, ... of
+ *            every row, so a row's reduction is per thread, then per warp
+ *            (shuffles), then across warps (shared memory).
+ *
+ * A value of shape [R, 1] or [1, C] stores only what differs along its
+ * non-unit axis ("per row" / "per column"); reading it at a position of a
+ * full tile is the broadcast. Positions are (a, b, i): ACC (row block,
+ * column block, accumulator element), BLOCKED (row, column slot, 0).
+ *
+ *   llvm.c     LLVM plumbing: types, constants, intrinsics, shuffles, branches
+ *   scalar.c   one element of arith/math ops, as the interpreter rounds it
+ *   layout.c   layouts: positions, coordinates, broadcast owners; values
+ *   smem.c     dynamic shared memory (live ranges), box copies through registers
+ *   lower.c    the ops (loads, stores, reductions, loops) and the kernel
+ *   sm70.c, sm80.c   the targets: MMA fragments, async copies
+ */
+#ifndef ATTNC_LOWER_H
+#define ATTNC_LOWER_H
+
+#include "codegen/cg.h"
+#include "passes/target.h"
+
+/* C11 has no PI & co. */
+#define LOG2E 1.4426950408889634
+#define LN2 0.6931471805599453
+#define SQRT1_2 0.7071067811865476
+#define PI 3.141592653589793
+
+typedef enum { LAY_ACC, LAY_BLOCKED } LayKind;
+
+typedef struct Pos {
+    int a, b, i;
+} Pos;
+
+/* A tile in registers. */
+typedef struct Dist {
+    ScalarKind elem;
+    int64_t rows, cols;   /* the tile's shape; 1 means broadcast along that axis */
+    int n;                /* storage slots */
+    LLVMValueRef *v;
+} Dist;
+
+/* A 2-D window of shared memory holding a tile (row-major, `stride` elements
+ * between rows); trans: the tile is the window's transpose. */
+typedef struct View {
+    LLVMValueRef base;    /* ptr addrspace(3) to element [0, 0] */
+    int64_t stride, rows, cols;
+    bool trans;
+} View;
+
+/* A memref: global (a kernel parameter) or shared (a tile.alloc). */
+typedef struct Mem {
+    ScalarKind elem;
+    bool shared;
+    int rank;
+    LLVMValueRef ptr;
+    LLVMValueRef dims[8], strides[8];   /* i64, in elements */
+    int64_t cdims[8], cstrides[8];      /* shared: the same as numbers */
+} Mem;
+
+/* An in-flight copy (tile.copy_async): register prefetch holds the loaded
+ * registers; an asynchronous copy holds none and counts commit groups. */
+typedef struct Token {
+    const Mem *dst;
+    LLVMValueRef stage;
+    int nregs;
+    LLVMValueRef *regs;
+    int64_t rows, cols;
+    int vec;
+    ScalarKind elem;
+    int group;            /* async: its commit group, in the kernel's issue order */
+} Token;
+
+typedef enum { CV_SCALAR, CV_DIST, CV_VIEW, CV_MEM, CV_TOKEN } CvKind;
+typedef struct Cv {
+    CvKind kind;
+    LLVMValueRef s;
+    Dist *d;
+    View *view;
+    Mem *mem;
+    Token *tok;
+} Cv;
+
+typedef struct Cg Cg;
+
+/* Where element i (0..7) of a warp's 16×16 accumulator block lies. */
+typedef struct AccLayout {
+    int row_bits, col_bits;   /* the bits of i that move the row / the column */
+    int row_lanes;            /* lane bits that move along a row: the xor partners of a row reduction */
+    int col_lanes;            /* lane bits that move along a column */
+} AccLayout;
+
+/* What a target's code generator provides (Triton's per-generation MMA
+ * lowering: MMAv1 = sm70.c, MMAv2 = sm80.c). */
+typedef struct CgTarget {
+    const char *name;
+    /* the accumulator layout of the kernel's MMA (acc16: f16 accumulator) */
+    AccLayout (*acc_layout)(bool acc16);
+    /* (row, col), as i64 within a rows×cols tile, of ACC position p (0 along
+     * a unit axis) */
+    void (*acc_coords)(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
+    void (*dot)(Cg *cg, const Op *op);          /* tile.dot */
+    void (*copy_async)(Cg *cg, const Op *op);   /* tile.copy_async */
+    void (*wait)(Cg *cg, const Op *op);         /* tile.wait */
+    /* completes every async copy in flight: before shared memory is reused
+     * and before the kernel returns (NULL: copies are synchronous) */
+    void (*drain)(Cg *cg);
+} CgTarget;
+
+extern const CgTarget sm70_target, sm80_target;
+/* The code generator of a target, or NULL (codegen.c). */
+const CgTarget *cg_target(const char *arch);
+
+struct Cg {
+    Arena *a;
+    Diag *d;
+    bool failed;
+    const CgTarget *target;
+    const Target *info;
+    LLVMContextRef ctx;
+    LLVMModuleRef mod;
+    LLVMBuilderRef b;
+    LLVMValueRef fn, smem;
+    LLVMTypeRef i1, i16, i32, i64, f16, bf16, f32, v2f16, p1;
+    const KernelSpec *spec;
+    Map vals;            /* Value* -> Cv* */
+    /* the layout */
+    LayKind lay;
+    bool acc16;
+    AccLayout acc;
+    int nwarps, threads, mrep;
+    int64_t R;
+    LLVMValueRef tid, lane, warp;
+    int groups;          /* async copies: commit groups issued so far */
+    /* dynamic shared memory: live ranges, reused once their owner is dead */
+    int64_t smem_bytes;               /* the peak */
+    int nlive;
+    struct Live { int64_t off, size; const Value *owner; } live[64];
+    const Value *owner;               /* whose buffer smem_alloc makes now */
+    const Block *top;                 /* the launch body */
+    Map last_use;                     /* Value* -> index of its last top-level op + 1 */
+};
+
+/* ---- llvm.c ------------------------------------------------------------------ */
+
+bool cg_err(Cg *cg, const Op *op, const char *fmt, const char *detail);
+LLVMTypeRef lty(Cg *cg, ScalarKind k);
+int esize(ScalarKind k);
+LLVMValueRef cg_call(Cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n);
+LLVMValueRef sreg(Cg *cg, const char *name);
+void cg_barrier(Cg *cg);
+static inline LLVMValueRef ci64(Cg *cg, int64_t v) { return LLVMConstInt(cg->i64, (unsigned long long)v, true); }
+static inline LLVMValueRef ci32(Cg *cg, int64_t v) { return LLVMConstInt(cg->i32, (unsigned long long)v, true); }
+static inline LLVMValueRef zext64(Cg *cg, LLVMValueRef v) { return LLVMBuildZExt(cg->b, v, cg->i64, ""); }
+static inline LLVMValueRef add(Cg *cg, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildAdd(cg->b, x, y, ""); }
+static inline LLVMValueRef mul(Cg *cg, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildMul(cg->b, x, y, ""); }
+static inline LLVMValueRef lane_bit(Cg *cg, int mask) {   /* lane & mask, as i64 */
+    return zext64(cg, LLVMBuildAnd(cg->b, cg->lane, ci32(cg, mask), ""));
+}
+static inline LLVMValueRef lane_test(Cg *cg, int mask) {  /* (lane & mask) != 0 */
+    return LLVMBuildICmp(cg->b, LLVMIntNE, LLVMBuildAnd(cg->b, cg->lane, ci32(cg, mask), ""), ci32(cg, 0), "");
+}
+LLVMValueRef shfl_xor(Cg *cg, LLVMValueRef v, int mask);
+LLVMValueRef gep(Cg *cg, ScalarKind k, LLVMValueRef ptr, LLVMValueRef off);
+LLVMValueRef load_elem(Cg *cg, ScalarKind k, LLVMValueRef ptr);
+void store_elem(Cg *cg, ScalarKind k, LLVMValueRef v, LLVMValueRef ptr);
+LLVMBasicBlockRef if_begin(Cg *cg, LLVMValueRef cond);
+void if_end(Cg *cg, LLVMBasicBlockRef join);
+LLVMValueRef pack2(Cg *cg, LLVMValueRef x, LLVMValueRef y);   /* two 16-bit values as a 2-vector */
+
+/* ---- scalar.c ------------------------------------------------------------------ */
+
+LLVMValueRef fconst(Cg *cg, ScalarKind k, double v);
+LLVMValueRef to_f32(Cg *cg, LLVMValueRef v);   /* 16-bit floats widened */
+LLVMValueRef round_f32(Cg *cg, LLVMValueRef r, ScalarKind k);   /* an f32 rounded to a 16-bit k */
+LLVMValueRef fmaxmin(Cg *cg, bool max, LLVMValueRef x, LLVMValueRef y);
+LLVMValueRef cg_cast(Cg *cg, LLVMValueRef v, ScalarKind from, ScalarKind to);
+LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef *x, const ScalarKind *ks);
+
+/* ---- layout.c ------------------------------------------------------------------ */
+
+int nrep_of(Cg *cg, int64_t cols);
+int64_t cslots(Cg *cg, int64_t cols);
+bool shape_ok(Cg *cg, const Op *op, int64_t rows, int64_t cols);
+Dist *dist_new(Cg *cg, ScalarKind elem, int64_t rows, int64_t cols);
+int positions(Cg *cg, int64_t rows, int64_t cols, Pos **out);
+LLVMValueRef dist_get(Cg *cg, const Dist *d, Pos p);
+void dist_set(Cg *cg, Dist *d, Pos p, LLVMValueRef v);
+void coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
+LLVMValueRef warp_row_base(Cg *cg, int a);   /* i64: the first row of row block a of this warp */
+LLVMValueRef tile_owner(Cg *cg, int64_t rows, int64_t cols);
+Cv *cv_get(Cg *cg, const Value *v);
+void cv_put(Cg *cg, const Value *v, Cv *c);
+Cv *cv_scalar(Cg *cg, LLVMValueRef s);
+Cv *cv_dist(Cg *cg, Dist *d);
+ScalarKind elem_of(const Value *v);
+Dist *as_dist(Cg *cg, const Op *op, const Value *v);
+LLVMValueRef as_scalar(Cg *cg, const Op *op, const Value *v);
+Mem *as_mem(Cg *cg, const Op *op, const Value *v);
+
+/* ---- smem.c -------------------------------------------------------------------- */
+
+LLVMValueRef smem_alloc(Cg *cg, int64_t bytes);
+void smem_release(Cg *cg, int index);
+void note_uses(Cg *cg, const Op *op, int index);
+void emit_alloc(Cg *cg, const Op *op);
+int64_t inner_size_of(const Value *mem);
+int copy_vec(const Mem *m, int64_t cols, int inner_axis_dim, int64_t inner_size);
+LLVMValueRef box_vector(Cg *cg, const Token *t, int j, LLVMValueRef *row, LLVMValueRef *col);
+Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t rows, int64_t cols,
+                int64_t inner_size);
+void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride);
+void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
+
+/* ---- lower.c ------------------------------------------------------------------- */
+
+void mem_coords(Cg *cg, const Op *op, const Mem *m, int first, LLVMValueRef row, LLVMValueRef col,
+                LLVMValueRef *co);
+LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *inside);
+/* One kernel for a launch, lowered for the target; see cg.h. */
+bool emit_kernel(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
+                 KernelInfo *info);
+
+#endif

@@ -1,0 +1,302 @@
+/* sm80.c — Ampere (sm_80, and sm_90 running sm_80 code): mma.sync.m16n8k16,
+ * ldmatrix and cp.async, behind lower.h's CgTarget. It emits what
+ * passes/nv_layout.c's sm80-layout decided (doc/codegen.md).
+ *
+ *   accumulator  m16n8k16's: with g = lane / 4 and t = lane % 4, element i
+ *                of a warp's 16×16 block (two n8 tiles) is at row
+ *                g + 8·((i >> 1) & 1), column 8·(i >> 2) + 2t + (i & 1);
+ *                the four lanes of a quad share a row
+ *   tile.dot     A and B fragments by ldmatrix.x4 (.trans where the memory
+ *                holds the other order, nv.a / nv.b); P, an accumulator tile,
+ *                is already the A fragment of the next MMA: k-step s of P·V
+ *                is block s's elements 0..7, packed in pairs
+ *   copy_async   cp.async straight into the shared stage (zero-filled
+ *                outside the tensor), one commit group per copy; tile.wait
+ *                waits until its group is done (cp.async.wait_group with the
+ *                count of younger groups), then a barrier
+ *
+ * f16 and bf16 operands; f32 accumulators, or f16 for f16 operands.
+ */
+#include <string.h>
+
+#include "codegen/lower.h"
+
+/* ---- the accumulator layout --------------------------------------------------- */
+
+static AccLayout acc_layout(bool acc16) {
+    (void)acc16;   /* the f16 accumulator packs the same elements in pairs */
+    return (AccLayout){.row_bits = 2, .col_bits = 5, .row_lanes = 3, .col_lanes = 28};
+}
+
+static void acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col) {
+    int i = p.i;
+    *row = *col = ci64(cg, 0);
+    if (rows != 1) {   /* g + 8·((i >> 1) & 1) */
+        LLVMValueRef g = LLVMBuildLShr(cg->b, lane_bit(cg, 28), ci64(cg, 2), "");
+        *row = add(cg, add(cg, warp_row_base(cg, p.a), g), ci64(cg, 8 * ((i >> 1) & 1)));
+    }
+    if (cols != 1) {   /* 8·(i >> 2) + 2t + (i & 1) */
+        LLVMValueRef t2 = LLVMBuildShl(cg->b, lane_bit(cg, 3), ci64(cg, 1), "");
+        *col = add(cg, t2, ci64(cg, 16 * p.b + 8 * (i >> 2) + (i & 1)));
+    }
+}
+
+/* ---- fragments ----------------------------------------------------------------- */
+
+/* ldmatrix.x4 at this lane's row address: four 8×8 matrices, one b32 (two
+ * 16-bit elements) each. */
+static void ldmatrix4(Cg *cg, LLVMValueRef addr, bool trans, LLVMValueRef *out) {
+    LLVMTypeRef f[4] = {cg->i32, cg->i32, cg->i32, cg->i32};
+    LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, f, 4, false);
+    LLVMValueRef r = cg_call(cg, trans ? "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16.p3"
+                                       : "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16.p3",
+                             st, &addr, 1);
+    for (int j = 0; j < 4; j++)
+        out[j] = LLVMBuildExtractValue(cg->b, r, (unsigned)j, "");
+}
+
+/* The address of element (row, col) of a view's memory (not its tile). */
+static LLVMValueRef view_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef mrow, LLVMValueRef mcol) {
+    return gep(cg, k, w->base, add(cg, mul(cg, mrow, ci64(cg, w->stride)), mcol));
+}
+
+/* A fragments of row block a (16 rows), k-step ks (16 columns): a0..a3 =
+ * rows g / g+8, columns 2t / 2t+8. Matrix j of ldmatrix.x4 covers tile rows
+ * 8·(j&1), columns 8·(j>>1); lane l gives the address of its row l % 8. */
+static void frag_a(Cg *cg, const View *w, ScalarKind k, int a, int ks, LLVMValueRef *out) {
+    LLVMValueRef m0 = warp_row_base(cg, a);
+    if (!w->trans) {   /* memory [M][K]: row m0 + (l & 15), column 16ks + 8·((l >> 4) & 1) */
+        LLVMValueRef r = add(cg, m0, lane_bit(cg, 15));
+        LLVMValueRef c = add(cg, ci64(cg, 16 * ks), LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), ""));
+        ldmatrix4(cg, view_addr(cg, w, k, r, c), false, out);
+    } else {           /* memory [K][M]: row (k) 16ks + (l & 7) + 8·((l >> 4) & 1), column m0 + (l & 8) */
+        LLVMValueRef r = add(cg, add(cg, ci64(cg, 16 * ks), lane_bit(cg, 7)),
+                             LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), ""));
+        ldmatrix4(cg, view_addr(cg, w, k, r, add(cg, m0, lane_bit(cg, 8))), true, out);
+    }
+}
+
+/* B fragments of column block b (two n8 tiles), k-step ks: out[0..1] the
+ * first n8 tile's (k rows 2t and 2t+8), out[2..3] the second's. */
+static void frag_b(Cg *cg, const View *w, ScalarKind k, int b, int ks, LLVMValueRef *out) {
+    LLVMValueRef hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");   /* 8·((l >> 4) & 1) */
+    if (!w->trans) {   /* memory [K][N] (V): row 16ks + (l & 15), column 16b + hi8; transposed */
+        LLVMValueRef r = add(cg, ci64(cg, 16 * ks), lane_bit(cg, 15));
+        ldmatrix4(cg, view_addr(cg, w, k, r, add(cg, ci64(cg, 16 * b), hi8)), true, out);
+    } else {           /* memory [N][K] (K of Q·Kᵀ): row 16b + (l & 7) + hi8, column 16ks + (l & 8) */
+        LLVMValueRef r = add(cg, add(cg, ci64(cg, 16 * b), lane_bit(cg, 7)), hi8);
+        ldmatrix4(cg, view_addr(cg, w, k, r, add(cg, ci64(cg, 16 * ks), lane_bit(cg, 8))), false, out);
+    }
+}
+
+/* Two 16-bit values as one b32 register. */
+static LLVMValueRef pack_b32(Cg *cg, LLVMValueRef x, LLVMValueRef y) {
+    return LLVMBuildBitCast(cg->b, pack2(cg, x, y), cg->i32, "");
+}
+
+static LLVMValueRef as_operand(Cg *cg, LLVMValueRef b32, ScalarKind k) {   /* f16: <2 x half>; bf16: i32 */
+    return k == SK_F16 ? LLVMBuildBitCast(cg->b, b32, cg->v2f16, "") : b32;
+}
+
+/* ---- tile.dot on mma.m16n8k16 ------------------------------------------------------ */
+
+static void emit_dot(Cg *cg, const Op *op) {
+    const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
+    int64_t M = at->dims[0].size, K = at->dims[1].size, N = bt->dims[1].size;
+    ScalarKind ek = bt->elem;
+    bool f16acc = rt->elem == SK_F16;
+    Attr *mma = op_attr(op, "nv.mma"), *na = op_attr(op, "nv.a"), *nb_attr = op_attr(op, "nv.b");
+    const char *want = arena_printf(cg->a, "m16n8k16.row.col.%s.%s", f16acc ? "f16" : "f32", scalar_name(ek));
+    if (!mma || !na || !nb_attr || strcmp(mma->s, want) != 0) {
+        cg_err(cg, op, "internal error: tile.dot's nv.mma is not '%s' (run sm80-layout)", want);
+        return;
+    }
+    if ((ek != SK_F16 && ek != SK_BF16) || (f16acc && ek != SK_F16)) {
+        cg_err(cg, op, "mma.m16n8k16 multiplies f16 or bf16 (f16 accumulates f16 only)", NULL);
+        return;
+    }
+    if (f16acc != cg->acc16) {
+        cg_err(cg, op, "all tile.dot ops of a kernel must accumulate in one type", NULL);
+        return;
+    }
+    if (M != cg->R || K % 16 || N % 16) {
+        cg_err(cg, op, "%s", arena_printf(cg->a, "a %lldx%lldx%lld dot does not fit the kernel's warp tiling",
+                                           (long long)M, (long long)K, (long long)N));
+        return;
+    }
+    Cv *ca = cv_get(cg, op->operands[0]), *cb = cv_get(cg, op->operands[1]);
+    bool a_regs = strcmp(na->s, "registers") == 0;
+    if (!cb || cb->kind != CV_VIEW || cb->view->trans != (strcmp(nb_attr->s, "ldmatrix") == 0) ||
+        (!a_regs && (!ca || ca->kind != CV_VIEW || ca->view->trans != (strcmp(na->s, "ldmatrix.trans") == 0)))) {
+        cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b", NULL);
+        return;
+    }
+    Dist *p = NULL;
+    if (a_regs) {
+        p = as_dist(cg, op, op->operands[0]);
+        if (cg->failed)
+            return;
+        if (p->rows != cg->R || p->cols != K) {
+            cg_err(cg, op, "operand A of tile.dot must be a full tile", NULL);
+            return;
+        }
+    }
+    Dist *c = as_dist(cg, op, op->operands[2]);
+    int nb = (int)(N / 16);
+    /* accumulators per (row block, n8 tile), in mma argument order */
+    int nacc = f16acc ? 2 : 4;
+    LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nb * 2 * nacc));
+    for (int a = 0; a < cg->mrep; a++)
+        for (int n8 = 0; n8 < 2 * nb; n8++)
+            for (int j = 0; j < nacc; j++) {
+                LLVMValueRef *slot = &acc[(a * 2 * nb + n8) * nacc + j];
+                int b = n8 / 2, i0 = 4 * (n8 % 2);
+                if (f16acc)
+                    *slot = pack2(cg, cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + 2 * j}), c->elem, SK_F16),
+                                  cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + 2 * j + 1}), c->elem, SK_F16));
+                else
+                    *slot = cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + j}), c->elem, SK_F32);
+            }
+    LLVMTypeRef et = f16acc ? cg->v2f16 : cg->f32;
+    LLVMTypeRef fields[4] = {et, et, et, et};
+    LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false);
+    const char *name = ek == SK_BF16 ? "llvm.nvvm.mma.m16n8k16.row.col.bf16"
+                       : f16acc      ? "llvm.nvvm.mma.m16n8k16.row.col.f16.f16"
+                                     : "llvm.nvvm.mma.m16n8k16.row.col.f32.f32";
+    for (int ks = 0; ks < K / 16; ks++) {
+        LLVMValueRef afr[8][4], bfr[32][4];
+        for (int a = 0; a < cg->mrep; a++) {
+            if (p) {   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) are a0..a3 */
+                for (int j = 0; j < 4; j++)
+                    afr[a][j] = pack_b32(cg, cg_cast(cg, dist_get(cg, p, (Pos){a, ks, 2 * j}), p->elem, ek),
+                                         cg_cast(cg, dist_get(cg, p, (Pos){a, ks, 2 * j + 1}), p->elem, ek));
+            } else {
+                frag_a(cg, ca->view, ek, a, ks, afr[a]);
+            }
+        }
+        for (int b = 0; b < nb; b++)
+            frag_b(cg, cb->view, ek, b, ks, bfr[b]);
+        for (int a = 0; a < cg->mrep; a++)
+            for (int n8 = 0; n8 < 2 * nb; n8++) {
+                LLVMValueRef args[10];
+                for (int j = 0; j < 4; j++)
+                    args[j] = as_operand(cg, afr[a][j], ek);
+                args[4] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2)], ek);
+                args[5] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2) + 1], ek);
+                LLVMValueRef *ac = &acc[(a * 2 * nb + n8) * nacc];
+                for (int j = 0; j < nacc; j++)
+                    args[6 + j] = ac[j];
+                LLVMValueRef res = cg_call(cg, name, st, args, 6 + nacc);
+                for (int j = 0; j < nacc; j++)
+                    ac[j] = LLVMBuildExtractValue(cg->b, res, (unsigned)j, "");
+            }
+    }
+    Dist *r = dist_new(cg, rt->elem, M, N);
+    for (int a = 0; a < cg->mrep; a++)
+        for (int n8 = 0; n8 < 2 * nb; n8++)
+            for (int j = 0; j < nacc; j++) {
+                LLVMValueRef v = acc[(a * 2 * nb + n8) * nacc + j];
+                int b = n8 / 2, i0 = 4 * (n8 % 2);
+                if (f16acc) {
+                    dist_set(cg, r, (Pos){a, b, i0 + 2 * j}, LLVMBuildExtractElement(cg->b, v, ci32(cg, 0), ""));
+                    dist_set(cg, r, (Pos){a, b, i0 + 2 * j + 1}, LLVMBuildExtractElement(cg->b, v, ci32(cg, 1), ""));
+                } else {
+                    dist_set(cg, r, (Pos){a, b, i0 + j}, v);
+                }
+            }
+    cv_put(cg, op->results[0], cv_dist(cg, r));
+}
+
+/* ---- cp.async ---------------------------------------------------------------------- */
+
+static void emit_copy_async(Cg *cg, const Op *op) {
+    Mem *src = as_mem(cg, op, op->operands[0]), *dst = as_mem(cg, op, op->operands[1]);
+    if (!src || !dst)
+        return;
+    Attr *how = op_attr(op, "nv.copy");
+    if (!how || strcmp(how->s, "cp.async") != 0) {
+        cg_err(cg, op, "internal error: tile.copy_async has no nv.copy = \"cp.async\" (run sm80-layout)", NULL);
+        return;
+    }
+    if (dst->rank != 3 || esize(src->elem) != 2 || dst->elem != src->elem) {
+        cg_err(cg, op, "tile.copy_async is supported for 16-bit boxes into [stages, rows, cols] buffers", NULL);
+        return;
+    }
+    /* The stage written now was read in the previous iteration: every warp
+     * must be done with it (one barrier for a run of copies). */
+    if (!op->prev || op->prev->kind != OP_COPY_ASYNC)
+        cg_barrier(cg);
+    Attr *dims = op_attr(op, "dims");
+    Token *t = NEW(cg->a, Token);
+    t->dst = dst;
+    t->stage = as_scalar(cg, op, op->operands[2]);
+    t->rows = dst->cdims[1];
+    t->cols = dst->cdims[2];
+    t->elem = src->elem;
+    t->vec = copy_vec(src, t->cols, (int)dims->elems[1]->i, inner_size_of(op->operands[0]));
+    LLVMValueRef base = gep(cg, dst->elem, dst->ptr, mul(cg, t->stage, ci64(cg, dst->cstrides[0])));
+    if (t->vec < 2) {   /* 2-byte pieces: cp.async moves 4, 8 or 16 bytes; copy through registers now */
+        Token *r = prefetch(cg, op, src, 3, t->rows, t->cols, inner_size_of(op->operands[0]));
+        land(cg, r, base, dst->cstrides[1]);
+        t->group = -1;
+    } else {
+        int64_t total = t->rows * t->cols / t->vec;
+        int n = (int)((total + cg->threads - 1) / cg->threads);
+        int bytes = t->vec * esize(src->elem);
+        const char *fn = arena_printf(cg->a, "llvm.nvvm.cp.async.%s.shared.global.%d.s", bytes == 16 ? "cg" : "ca",
+                                      bytes);
+        for (int j = 0; j < n; j++) {
+            LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
+            LLVMValueRef co[8], inside;
+            mem_coords(cg, op, src, 3, row, col, co);
+            LLVMValueRef off = mem_offset(cg, src, co, &inside);
+            LLVMBasicBlockRef join = NULL;
+            if (total % cg->threads)
+                join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
+            LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
+            LLVMValueRef args[3] = {
+                gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
+                gep(cg, src->elem, src->ptr, safe),
+                LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), ""),   /* 0: zero-fill */
+            };
+            cg_call(cg, fn, LLVMVoidTypeInContext(cg->ctx), args, 3);
+            if (join)
+                if_end(cg, join);
+        }
+        cg_call(cg, "llvm.nvvm.cp.async.commit.group", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+        t->group = cg->groups++;
+    }
+    Cv *c = NEW(cg->a, Cv);
+    c->kind = CV_TOKEN;
+    c->tok = t;
+    cv_put(cg, op->results[0], c);
+}
+
+static void emit_wait(Cg *cg, const Op *op) {
+    Cv *c = cv_get(cg, op->operands[0]);
+    if (!c || c->kind != CV_TOKEN) {
+        cg_err(cg, op, "tile.wait needs a token of tile.copy_async", NULL);
+        return;
+    }
+    const Token *t = c->tok;
+    if (t->group >= 0) {   /* the groups committed after this one may stay in flight */
+        LLVMValueRef younger = ci32(cg, cg->groups - t->group - 1);
+        cg_call(cg, "llvm.nvvm.cp.async.wait.group", LLVMVoidTypeInContext(cg->ctx), &younger, 1);
+    }
+    cg_barrier(cg);
+}
+
+static void drain(Cg *cg) {
+    if (cg->groups > 0)
+        cg_call(cg, "llvm.nvvm.cp.async.wait.all", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+}
+
+const CgTarget sm80_target = {
+    .name = "sm_80",
+    .acc_layout = acc_layout,
+    .acc_coords = acc_coords,
+    .dot = emit_dot,
+    .copy_async = emit_copy_async,
+    .wait = emit_wait,
+    .drain = drain,
+};

@@ -1,0 +1,189 @@
+/* smem.c — dynamic shared memory: buffers with live ranges (reused once
+ * their owner is dead), and boxes copied global -> registers -> shared. */
+#include "codegen/lower.h"
+
+#include <string.h>
+
+/* Dynamic shared memory, 16-byte aligned, first fit among the live buffers.
+ * A buffer belongs to cg->owner (a value of the launch body, freed after its
+ * last use there; NULL: freed by the caller). Memory that another buffer used
+ * before is reused only after a barrier: other warps may still read it (and,
+ * with asynchronous copies, after those in flight have landed). */
+LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) {
+    bytes = (bytes + 15) & ~(int64_t)15;
+    int64_t off = 0;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int i = 0; i < cg->nlive; i++)
+            if (off < cg->live[i].off + cg->live[i].size && cg->live[i].off < off + bytes) {
+                off = cg->live[i].off + cg->live[i].size;
+                moved = true;
+            }
+    }
+    if (off < cg->smem_bytes) {
+        if (cg->target->drain)
+            cg->target->drain(cg);
+        cg_barrier(cg);
+    }
+    if (off + bytes > cg->smem_bytes)
+        cg->smem_bytes = off + bytes;
+    if (cg->nlive < 64)
+        cg->live[cg->nlive++] = (struct Live){off, bytes, cg->owner};
+    LLVMValueRef o = ci64(cg, off);
+    return LLVMBuildGEP2(cg->b, LLVMInt8TypeInContext(cg->ctx), cg->smem, &o, 1, "");
+}
+
+/* Frees the buffers whose owners are dead after top-level op `index`
+ * (owner NULL: the temporaries of one op). */
+void smem_release(Cg *cg, int index) {
+    int k = 0;
+    for (int i = 0; i < cg->nlive; i++) {
+        const Value *o = cg->live[i].owner;
+        intptr_t last = o ? (intptr_t)map_get(&cg->last_use, o) : 0;
+        if (o && last > index + 1)
+            cg->live[k++] = cg->live[i];
+    }
+    cg->nlive = k;
+}
+
+/* Records, for every value used in op (and the ops inside it), that top-level
+ * op `index` uses it. */
+void note_uses(Cg *cg, const Op *op, int index) {
+    for (int i = 0; i < op->noperands; i++)
+        map_put(cg->a, &cg->last_use, op->operands[i], (void *)(intptr_t)(index + 1));
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for (const Op *o = op->regions[r].blocks[b]->first; o; o = o->next)
+                note_uses(cg, o, index);
+}
+
+/* ---- shared memory, register prefetch -------------------------------------------- */
+
+/* Row-major strides; f16 rows padded to `row_stride` (sm70-layout's choice),
+ * others by 16 bytes. */
+static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride) {
+    Mem *m = NEW(cg->a, Mem);
+    m->elem = t->elem;
+    m->shared = true;
+    m->rank = t->rank;
+    int64_t s = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        m->cdims[d] = t->dims[d].size;
+        m->cstrides[d] = s;
+        if (d == t->rank - 1 && t->rank >= 2)
+            s = row_stride > 0 ? row_stride : t->dims[d].size + 16 / esize(t->elem);
+        else
+            s *= t->dims[d].size;
+    }
+    for (int d = 0; d < t->rank; d++) {
+        m->dims[d] = ci64(cg, m->cdims[d]);
+        m->strides[d] = ci64(cg, m->cstrides[d]);
+    }
+    m->ptr = smem_alloc(cg, s * esize(t->elem));
+    return m;
+}
+
+void emit_alloc(Cg *cg, const Op *op) {
+    const Type *t = op->results[0]->type;
+    for (int d = 0; d < t->rank; d++)
+        if (t->dims[d].sym) {
+            cg_err(cg, op, "a shared buffer needs numeric dims", NULL);
+            return;
+        }
+    Cv *c = NEW(cg->a, Cv);
+    c->kind = CV_MEM;
+    cg->owner = op->results[0];
+    Attr *stride = op_attr(op, "nv.row_stride");
+    c->mem = shared_mem(cg, t, stride ? stride->i : 0);
+    cg->owner = NULL;
+    cv_put(cg, op->results[0], c);
+}
+
+/* Vector width of a copy of rows×cols from m: 8 f16 (16 bytes) when the tile's
+
+ * columns run along m's innermost, numeric, dim. */
+int copy_vec(const Mem *m, int64_t cols, int inner_axis_dim, int64_t inner_size) {
+    if (esize(m->elem) != 2 || inner_axis_dim != m->rank - 1 || inner_size <= 0)
+        return 1;
+    for (int v = 8; v > 1; v /= 2)
+        if (cols % v == 0 && inner_size % v == 0)
+            return v;
+    return 1;
+}
+
+/* Vector j of this thread in a copied box: its number f (vectors are dealt
+ * out round-robin), and the (row, col) of its first element. */
+LLVMValueRef box_vector(Cg *cg, const Token *t, int j, LLVMValueRef *row, LLVMValueRef *col) {
+    LLVMValueRef f = add(cg, ci64(cg, (int64_t)j * cg->threads), zext64(cg, cg->tid));
+    LLVMValueRef per_row = ci64(cg, t->cols / t->vec);
+    *row = LLVMBuildUDiv(cg->b, f, per_row, "");
+    *col = mul(cg, LLVMBuildURem(cg->b, f, per_row, ""), ci64(cg, t->vec));
+    return f;
+}
+
+/* Global loads of a rows×cols box into registers, each thread a few vectors;
+ * outside the memref reads 0. */
+Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t rows, int64_t cols,
+                       int64_t inner_size) {
+    Attr *dims = op_attr(op, "dims");
+    Token *t = NEW(cg->a, Token);
+    t->rows = rows;
+    t->cols = cols;
+    t->elem = src->elem;
+    t->group = -1;
+    t->vec = copy_vec(src, cols, (int)dims->elems[1]->i, inner_size);
+    int64_t total = rows * cols / t->vec;
+    t->nregs = (int)((total + cg->threads - 1) / cg->threads);
+    t->regs = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)t->nregs);
+    LLVMTypeRef vt = t->vec > 1 ? LLVMVectorType(lty(cg, src->elem), (unsigned)t->vec) : lty(cg, src->elem);
+    for (int j = 0; j < t->nregs; j++) {
+        LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
+        LLVMValueRef co[8], inside;
+        mem_coords(cg, op, src, first_index, row, col, co);
+        LLVMValueRef off = mem_offset(cg, src, co, &inside);
+        if (total % cg->threads)
+            inside = LLVMBuildAnd(cg->b, inside, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""), "");
+        LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
+        LLVMValueRef v = LLVMBuildLoad2(cg->b, vt, gep(cg, src->elem, src->ptr, safe), "");
+        LLVMSetAlignment(v, (unsigned)(t->vec * esize(src->elem)));
+        t->regs[j] = LLVMBuildSelect(cg->b, inside, v, LLVMConstNull(vt), "");
+    }
+    return t;
+}
+
+/* Stores a prefetched box into rows×cols of shared memory at base (row stride
+ * `stride` elements). */
+void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride) {
+    int64_t total = t->rows * t->cols / t->vec;
+    for (int j = 0; j < t->nregs; j++) {
+        LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
+        LLVMValueRef off = add(cg, mul(cg, row, ci64(cg, stride)), col);
+        LLVMBasicBlockRef join = NULL;
+        if (total % cg->threads)
+            join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
+        LLVMValueRef s = LLVMBuildStore(cg->b, t->regs[j], gep(cg, t->elem, base, off));
+        int64_t row_align = (stride * 2) & -(stride * 2);   /* rows start this aligned */
+        LLVMSetAlignment(s, (unsigned)(row_align < t->vec * 2 ? row_align : t->vec * 2));
+        if (join)
+            if_end(cg, join);
+    }
+}
+
+int64_t inner_size_of(const Value *mem) {
+    const Type *t = mem->type;
+    return t->dims[t->rank - 1].sym ? -1 : t->dims[t->rank - 1].size;
+}
+
+/* A global tile feeding a dot: copied once into a shared scratch (through
+ * registers, with a barrier: the dots of every warp read it). */
+void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
+    int64_t stride = op_attr(op, "nv.row_stride")->i;
+    cg->owner = op->results[0];
+    LLVMValueRef base = smem_alloc(cg, w->rows * stride * 2);
+    cg->owner = NULL;
+    Token *t = prefetch(cg, op, m, 1, w->rows, w->cols, inner_size_of(op->operands[0]));
+    land(cg, t, base, stride);
+    cg_barrier(cg);
+    w->base = base;
+    w->stride = stride;
+}

@@ -1,0 +1,97 @@
+/* target.c — the target table (target.h). Read top to bottom to see what
+ * differs between targets; the pipelines are Triton's make_ttir/make_ttgir
+ * style: a list of pass names, target-independent passes first, then the
+ * target's own lowering to nv IR. */
+#include "passes/target.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* sm_70 (V100): 64x64 attention tiles, register prefetch of K/V */
+static const char *const sm70_pipeline[] = {
+    "dce",            /* what the frontend left unused */
+    "fusion",         /* attention -> attn.attention; GEMM + epilogue -> attn.fused_gemm */
+    "mask-analysis",  /* affine key bands of masks */
+    "tiling",         /* fused ops -> tile.launch kernels; fully masked key tiles skipped */
+    "online-softmax", /* one key loop: running max, sum, rescale */
+    "double-buffer",  /* loads of the next iteration in flight */
+    "cse",            /* the constants and index arithmetic made more than once */
+    "dce",
+    "sm70-layout",    /* tile IR -> sm_70 target IR (nv.* layouts, mma.m8n8k4) */
+    NULL,
+};
+
+/* sm_80 (A100; full speed on H100/H200): 128x64 tiles, cp.async stages */
+static const char *const sm80_pipeline[] = {
+    "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", "cse", "dce",
+    "sm80-layout",    /* tile IR -> sm_80 target IR (mma.m16n8k16, ldmatrix, cp.async) */
+    NULL,
+};
+
+/* sm_90a (H100/H200): 128x128 tiles, a TMA ring (no code generator yet) */
+static const char *const sm90a_pipeline[] = {
+    "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", "cse", "dce", NULL,
+};
+
+const Target targets[] = {
+    {
+        .name = "sm_70", .family = "Volta", .summary = "Volta: mma.sync.m8n8k4, register prefetch",
+        .ptx_features = "+ptx64", .codegen = true, .bf16 = false,
+        .smem_limit = 96 * 1024,
+        .attn_tile = {64, 64}, .gemm_tile = {64, 64, 32}, .stages = 2,
+        /* tiles live in registers: 2 rows of 4096 are 64 values per thread */
+        .row_block = 2,
+        .pipeline = sm70_pipeline, .lowering = "sm70-layout",
+    },
+    {
+        .name = "sm_80", .family = "Ampere", .summary = "Ampere: mma.sync.m16n8k16, ldmatrix, cp.async",
+        .ptx_features = "+ptx70", .codegen = true, .bf16 = true,
+        .smem_limit = 163 * 1024,
+        .attn_tile = {128, 64}, .gemm_tile = {128, 128, 32}, .stages = 2,
+        .row_block = 2,
+        .pipeline = sm80_pipeline, .lowering = "sm80-layout",
+    },
+    {
+        .name = "sm_90a", .family = "Hopper", .summary = "Hopper: TMA, mbarrier, wgmma (no code generator yet)",
+        .ptx_features = "+ptx80", .codegen = false, .bf16 = true,
+        .smem_limit = 227 * 1024,
+        .attn_tile = {128, 128}, .gemm_tile = {128, 128, 64}, .stages = 2,
+        .row_block = 16,
+        .pipeline = sm90a_pipeline, .lowering = NULL,
+    },
+};
+const int ntargets = sizeof targets / sizeof targets[0];
+
+const Target *target_lookup(const char *name) {
+    for (int i = 0; name && i < ntargets; i++)
+        if (strcmp(targets[i].name, name) == 0)
+            return &targets[i];
+    return NULL;
+}
+
+const Target *target_default(void) { return target_lookup("sm_80"); }
+
+/* "a, b and c" of the targets that pass the filter. */
+static const char *join(char *buf, size_t cap, bool codegen_only) {
+    const Target *pick[8];
+    int n = 0;
+    for (int i = 0; i < ntargets && n < 8; i++)
+        if (!codegen_only || targets[i].codegen)
+            pick[n++] = &targets[i];
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ",
+                                pick[i]->name);
+    return buf;
+}
+
+const char *target_names(void) {
+    static char buf[128];
+    return join(buf, sizeof buf, false);
+}
+
+const char *target_codegen_names(void) {
+    static char buf[128];
+    return join(buf, sizeof buf, true);
+}

@@ -1,0 +1,44 @@
+/* target.h — one table of what attnc knows about each GPU target (QBE's
+ * Target struct is the model). Every place that used to compare target
+ * names reads a field here instead: the pass pipelines, tile sizes, stage
+ * counts, row blocks, shared-memory limits, PTX features, and whether a code
+ * generator exists. The code generator's hooks for a target live in
+ * codegen/ (codegen/lower.h's CgTarget), found by the target's name; this
+ * table is in the core library so that attnc-opt, which has no LLVM, reads
+ * the same facts.
+ */
+#ifndef ATTNC_TARGET_H
+#define ATTNC_TARGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct Target {
+    const char *name;              /* "sm_70": -arch and schedule blocks */
+    const char *family;            /* "Volta": for messages */
+    const char *summary;
+    const char *ptx_features;      /* LLVM NVPTX features (PTX ISA version) */
+    bool codegen;                  /* has a code generator (PTX) */
+    bool bf16;                     /* has bf16 MMA and arithmetic */
+    int64_t smem_limit;            /* bytes of shared memory a block may opt in to */
+    int64_t attn_tile[2];          /* query rows x key rows */
+    int64_t gemm_tile[3];          /* M x N x K */
+    int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */
+    int64_t row_block;             /* rows per program of a row kernel */
+    const char *const *pipeline;   /* pass names, target lowering last */
+    const char *lowering;          /* the pass that makes the target IR; NULL: none yet */
+} Target;
+
+extern const Target targets[];
+extern const int ntargets;
+
+/* The target of that name, or NULL. */
+const Target *target_lookup(const char *name);
+/* The default -arch: a target with a code generator (sm_80). */
+const Target *target_default(void);
+/* "sm_70, sm_80 and sm_90a", for messages. */
+const char *target_names(void);
+/* "sm_70 and sm_80": the targets with a code generator, for messages. */
+const char *target_codegen_names(void);
+
+#endif
