@@ -69,6 +69,10 @@ def attention(args, tmp):
     flex = None
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        # one compiled kernel per shape: without room for all of them dynamo
+        # falls back to the unfused (slow) path and flex would be misreported
+        torch._dynamo.config.cache_size_limit = 1024
+        torch._dynamo.config.accumulated_cache_size_limit = 4096
         flex = torch.compile(flex_attention, dynamic=False)
     except Exception as e:  # reported, not hidden
         log(what="flex", error=str(e)[:200])

@@ -105,6 +105,14 @@ static void emit_load(Cg *cg, const Op *op) {
             w->stride = m->cstrides[m->rank - 2];
         } else {
             emit_view_copy(cg, op, m, w);
+            Attr *how = op_attr(op, "nv.operand");
+            if (strcmp(how->s, "fragments") == 0) {
+                if (!cg->target->preload_a) {
+                    cg_err(cg, op, "internal error: nv.operand \"fragments\" on a target without them", NULL);
+                    return;
+                }
+                cg->target->preload_a(cg, w, m->elem);
+            }
         }
         Cv *c = NEW(cg->a, Cv);
         c->kind = CV_VIEW;

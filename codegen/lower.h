@@ -57,6 +57,7 @@ typedef struct View {
     LLVMValueRef base;    /* ptr addrspace(3) to element [0, 0] */
     int64_t stride, rows, cols;
     bool trans;
+    LLVMValueRef *frags;  /* the A fragments, when the target preloaded them */
 } View;
 
 /* A memref: global (a kernel parameter) or shared (a tile.alloc). */
@@ -111,6 +112,8 @@ typedef struct CgTarget {
      * a unit axis) */
     void (*acc_coords)(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
     void (*dot)(Cg *cg, const Op *op);          /* tile.dot */
+    /* loads a view's A fragments into registers (nv.operand "fragments") */
+    void (*preload_a)(Cg *cg, View *w, ScalarKind k);
     void (*copy_async)(Cg *cg, const Op *op);   /* tile.copy_async */
     void (*wait)(Cg *cg, const Op *op);         /* tile.wait */
     /* completes every async copy in flight: before shared memory is reused

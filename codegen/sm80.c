@@ -89,6 +89,16 @@ static void frag_b(Cg *cg, const View *w, ScalarKind k, int b, int ks, LLVMValue
     }
 }
 
+/* Q: every A fragment of the tile, into registers once (before the key
+ * loop), out[(a·K/16 + ks)·4 + j]. */
+static void preload_a(Cg *cg, View *w, ScalarKind k) {
+    int nks = (int)(w->cols / 16);
+    w->frags = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nks * 4));
+    for (int a = 0; a < cg->mrep; a++)
+        for (int ks = 0; ks < nks; ks++)
+            frag_a(cg, w, k, a, ks, &w->frags[(a * nks + ks) * 4]);
+}
+
 /* Two 16-bit values as one b32 register. */
 static LLVMValueRef pack_b32(Cg *cg, LLVMValueRef x, LLVMValueRef y) {
     return LLVMBuildBitCast(cg->b, pack2(cg, x, y), cg->i32, "");
@@ -125,9 +135,10 @@ static void emit_dot(Cg *cg, const Op *op) {
         return;
     }
     Cv *ca = cv_get(cg, op->operands[0]), *cb = cv_get(cg, op->operands[1]);
-    bool a_regs = strcmp(na->s, "registers") == 0;
+    bool a_regs = strcmp(na->s, "registers") == 0, a_pre = strcmp(na->s, "fragments") == 0;
     if (!cb || cb->kind != CV_VIEW || cb->view->trans != (strcmp(nb_attr->s, "ldmatrix") == 0) ||
-        (!a_regs && (!ca || ca->kind != CV_VIEW || ca->view->trans != (strcmp(na->s, "ldmatrix.trans") == 0)))) {
+        (!a_regs && (!ca || ca->kind != CV_VIEW || ca->view->trans != (strcmp(na->s, "ldmatrix.trans") == 0) ||
+                     a_pre != (ca->view->frags != NULL)))) {
         cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b", NULL);
         return;
     }
@@ -170,6 +181,9 @@ static void emit_dot(Cg *cg, const Op *op) {
                 for (int j = 0; j < 4; j++)
                     afr[a][j] = pack_b32(cg, cg_cast(cg, dist_get(cg, p, (Pos){a, ks, 2 * j}), p->elem, ek),
                                          cg_cast(cg, dist_get(cg, p, (Pos){a, ks, 2 * j + 1}), p->elem, ek));
+            } else if (a_pre) {
+                for (int j = 0; j < 4; j++)
+                    afr[a][j] = ca->view->frags[(a * (K / 16) + ks) * 4 + j];
             } else {
                 frag_a(cg, ca->view, ek, a, ks, afr[a]);
             }
@@ -223,8 +237,10 @@ static void emit_copy_async(Cg *cg, const Op *op) {
         return;
     }
     /* The stage written now was read in the previous iteration: every warp
-     * must be done with it (one barrier for a run of copies). */
-    if (!op->prev || op->prev->kind != OP_COPY_ASYNC)
+     * must be done with it. The double-buffer pass issues a loop's copies
+     * right after a tile.wait, whose barrier does; elsewhere, one barrier for
+     * a run of copies. */
+    if (!op->prev || (op->prev->kind != OP_COPY_ASYNC && op->prev->kind != OP_WAIT))
         cg_barrier(cg);
     Attr *dims = op_attr(op, "dims");
     Token *t = NEW(cg->a, Token);
@@ -296,6 +312,7 @@ const CgTarget sm80_target = {
     .acc_layout = acc_layout,
     .acc_coords = acc_coords,
     .dot = emit_dot,
+    .preload_a = preload_a,
     .copy_async = emit_copy_async,
     .wait = emit_wait,
     .drain = drain,

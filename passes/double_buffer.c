@@ -6,8 +6,8 @@
  *   ^bb0(%j, ...):                                %t0 = tile.copy_async(%K, %kb, %c0, ..., %lb, ...)
  *     %k = tile.load(%K, ..., %j, ...)     ==>    tile.for(%lb, %ub, %step, ..., %t0) ({
  *     ...                                         ^bb0(%j, ..., %t):
- *   })                                              %tn = tile.copy_async(%K, %kb, next stage, ..., %j + step, ...)
- *                                                   tile.wait(%t)
+ *   })                                              tile.wait(%t)
+ *                                                   %tn = tile.copy_async(%K, %kb, next stage, ..., %j + step, ...)
  *                                                   %k = tile.load(%kb, stage, 0, 0)
  *                                                   ... tile.yield(..., %tn)
  *
@@ -124,20 +124,24 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     Value **targ = NEW_ARRAY(a, Value *, n * (S - 1));
     for (int i = 0; i < n * (S - 1); i++)
         targ[i] = block_add_arg(a, body, toks[i]->type, NULL);
-    /* at the top of each iteration: issue it + S - 1, wait for it */
+    /* each iteration waits for its stages and issues it + S - 1 right after
+     * its first wait: every thread is then past the iteration that last read
+     * the stage being refilled (it - 1), so the GPU lowering needs no
+     * barrier of its own before the copies */
     Builder top = {a, NULL, body->first, loop->loc};
     Value *it = b_bin(&top, OP_FLOORDIV, b_bin(&top, OP_SUB, iv, lb), step);
     Value *stage = b_bin(&top, OP_REM, it, b_index(&top, S));
     Value *next_stage = b_bin(&top, OP_REM, b_bin(&top, OP_ADD, it, b_index(&top, S - 1)), b_index(&top, S));
     Value *ahead = b_bin(&top, OP_ADD, iv, b_bin(&top, OP_MUL, step, b_index(&top, S - 1)));
-    Value **fresh = NEW_ARRAY(a, Value *, n);
-    for (int c = 0; c < n; c++)
-        fresh[c] = copy(&top, loads.items[c], bufs[c], next_stage, iv, ahead);
+    Op *first_wait = NULL;
     for (int c = 0; c < n; c++) {
         Op *ld = loads.items[c];
         Builder at = {a, NULL, ld, ld->loc};
-        if (mistake != NO_WAIT)
+        if (mistake != NO_WAIT) {
             b_emit(&at, OP_WAIT, NULL, 1, &targ[c * (S - 1)]);
+            if (!first_wait)
+                first_wait = ld->prev;
+        }
         /* the load now reads its stage of the buffer */
         int rank = ld->results[0]->type->rank;
         Value **lops = NEW_ARRAY(a, Value *, rank + 2);
@@ -153,6 +157,11 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         replace_all_uses(nl, ld->results[0], nv);
         op_unlink(ld);
     }
+    /* (without waits, the broken twin: where the top's index math ends) */
+    Builder issue = {a, NULL, first_wait ? first_wait->next : ahead->def->next, loop->loc};
+    Value **fresh = NEW_ARRAY(a, Value *, n);
+    for (int c = 0; c < n; c++)
+        fresh[c] = copy(&issue, loads.items[c], bufs[c], next_stage, iv, ahead);
     /* yield: the carried values, then the tokens rotated */
     Op *y = body->last;
     Value **yops = NEW_ARRAY(a, Value *, ncarried + n * (S - 1));

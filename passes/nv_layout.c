@@ -12,8 +12,11 @@
  *                              block (each owns 16·row_blocks rows)
  *   tile.load      nv.operand  "smem" (a shared stage read by the dots in
  *                              place) | "scratch" (a global tile copied once
- *                              into shared memory for the dots), with
- *                              nv.row_stride; absent: loaded into the layout
+ *                              into shared memory for the dots) |
+ *                              "fragments" (sm_80: copied so, then held in
+ *                              registers as the A fragments of every dot
+ *                              that reads it), with nv.row_stride; absent:
+ *                              loaded into the layout
  *   tile.dot       nv.mma      sm_70: "m8n8k4.<A>.<B>.<acc>", the fragment
  *                              layouts (row/col) that read the operands'
  *                              memory without a transpose; sm_80:
@@ -21,7 +24,8 @@
  *                  nv.a        sm_70: "smem" | "shuffle" (P, an accumulator
  *                              tile, reaches the A layout by warp shuffles);
  *                              sm_80: "ldmatrix" | "ldmatrix.trans" |
- *                              "registers" (P is the A fragment as it is)
+ *                              "registers" (P is the A fragment as it is) |
+ *                              "fragments" (preloaded, nv.operand)
  *                  nv.b        sm_80: "ldmatrix" ([N, K] in memory) |
  *                              "ldmatrix.trans" ([K, N])
  *   tile.alloc     nv.row_stride  16-bit rows, padded so fragment loads are
@@ -94,29 +98,32 @@ static bool is_16bit(ScalarKind k) { return k == SK_F16 || k == SK_BF16; }
 
 /* ---- uses -------------------------------------------------------------------------- */
 
-static bool only_dot_uses(const Block *top, const Value *v);
+static bool only_dot_uses(const Block *top, const Value *v, bool a_only);
 
 /* Whether v's uses in blk (counted in *count) are all tile.dot operands,
- * possibly through tile.trans. */
-static bool dot_uses_in(const Block *top, const Value *v, const Block *blk, int *count) {
+ * possibly through tile.trans (a_only: all operand A, as it is). */
+static bool dot_uses_in(const Block *top, const Value *v, const Block *blk, bool a_only, int *count) {
     for (const Op *o = blk->first; o; o = o->next) {
         for (int i = 0; i < o->noperands; i++)
             if (o->operands[i] == v) {
                 (*count)++;
-                if (o->kind == OP_TRANS ? !only_dot_uses(top, o->results[0]) : !(o->kind == OP_DOT && i < 2))
+                bool ok = a_only                ? o->kind == OP_DOT && i == 0
+                          : o->kind == OP_TRANS ? only_dot_uses(top, o->results[0], false)
+                                                : o->kind == OP_DOT && i < 2;
+                if (!ok)
                     return false;
             }
         for (int r = 0; r < o->nregions; r++)
             for (int k = 0; k < o->regions[r].nblocks; k++)
-                if (!dot_uses_in(top, v, o->regions[r].blocks[k], count))
+                if (!dot_uses_in(top, v, o->regions[r].blocks[k], a_only, count))
                     return false;
     }
     return true;
 }
 
-static bool only_dot_uses(const Block *top, const Value *v) {
+static bool only_dot_uses(const Block *top, const Value *v, bool a_only) {
     int n = 0;
-    return dot_uses_in(top, v, top, &n) && n > 0;
+    return dot_uses_in(top, v, top, a_only, &n) && n > 0;
 }
 
 /* ---- the kernel ---------------------------------------------------------------------- */
@@ -157,7 +164,7 @@ static bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op) 
     bool elem_ok = l->gen == SM70 ? mt->elem == SK_F16 : is_16bit(mt->elem);
     return elem_ok && dims && dims->n == 2 && dims->elems[0]->i == mt->rank - 2 &&
            dims->elems[1]->i == mt->rank - 1 && rt->dims[0].size % q == 0 && rt->dims[1].size % q == 0 &&
-           only_dot_uses(top, op->results[0]);
+           only_dot_uses(top, op->results[0], false);
 }
 
 /* The fragment layout that reads a dot operand's memory as it lies: "row"
@@ -185,8 +192,12 @@ static void annotate_dot(const Lower *l, Op *op) {
     /* m16n8k16 is row.col only; ldmatrix(.trans) makes the fragments from
      * either memory order. A row-major A ([M, K]) and a K stored [N, K] need
      * no transpose. */
+    const Op *adef = op->operands[0]->def;
+    Attr *aop = adef && adef->kind == OP_LOAD ? op_attr(adef, "nv.operand") : NULL;
+    bool frags = aop && strcmp(aop->s, "fragments") == 0;
     op_set_attr(a, op, "nv.a",
-                attr_str(a, !*al ? "registers" : strcmp(al, "row") == 0 ? "ldmatrix" : "ldmatrix.trans"));
+                attr_str(a, !*al ? "registers" : frags ? "fragments"
+                            : strcmp(al, "row") == 0 ? "ldmatrix" : "ldmatrix.trans"));
     op_set_attr(a, op, "nv.b", attr_str(a, strcmp(bl, "col") == 0 ? "ldmatrix" : "ldmatrix.trans"));
     op_set_attr(a, op, "nv.mma",
                 attr_str(a, arena_printf(a, "m16n8k16.row.col.%s.%s", acc,
@@ -200,7 +211,10 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
         case OP_LOAD:
             if (is_dot_operand_load(l, top, op)) {
                 bool shared = op->operands[0]->type->space == AS_SHARED;
-                op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : "scratch"));
+                /* sm_80: a global tile that only A operands read (Q) is held
+                 * in registers as A fragments, loaded once */
+                bool frags = !shared && l->gen == SM80 && only_dot_uses(top, op->results[0], true);
+                op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : frags ? "fragments" : "scratch"));
                 if (!shared)
                     op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, op->results[0]->type->dims[1].size)));
             }
