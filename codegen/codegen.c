@@ -89,8 +89,9 @@ static void add_dims(Arena *a, const Type *t, PtrVec *dims) {
     }
 }
 
-static void print_shape(FILE *f, const Type *t) {
-    fprintf(f, " %s ", scalar_name(t->elem));
+/* "// tensor role=R name=N dtype=T shape=D0,D1,..." ("-" for a scalar) */
+static void print_tensor(FILE *f, const char *role, const char *name, const Type *t) {
+    fprintf(f, "// tensor role=%s name=%s dtype=%s shape=", role, name, scalar_name(t->elem));
     if (t->rank == 0)
         fputs("-", f);
     for (int i = 0; i < t->rank; i++) {
@@ -101,6 +102,7 @@ static void print_shape(FILE *f, const Type *t) {
         else
             fprintf(f, "%lld", (long long)t->dims[i].size);
     }
+    fputc('\n', f);
 }
 
 /* One block (func): its kernels into mod, its manifest lines into man. */
@@ -119,20 +121,16 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
     }
     const Op *ret = NULL;
     for_each_op(op, body) if (op->kind == OP_RETURN) ret = op;
-    fprintf(man, "// block %s %s\n// dims", name, kind ? kind->s : "-");
+    fprintf(man, "// block name=%s kind=%s\n// dims names=", name, kind ? kind->s : "-");
     for (int i = 0; i < dims.len; i++)
-        fprintf(man, " %s", (const char *)dims.items[i]);
+        fprintf(man, "%s%s", i ? "," : "", (const char *)dims.items[i]);
+    if (!dims.len)
+        fputc('-', man);
     fprintf(man, "\n");
-    for (int i = 0; i < body->nargs; i++) {
-        fprintf(man, "// tensor in %s", ins->elems[i]->s);
-        print_shape(man, body->args[i]->type);
-        fputc('\n', man);
-    }
-    for (int i = 0; ret && i < ret->noperands; i++) {
-        fprintf(man, "// tensor out %s", outs->elems[i]->s);
-        print_shape(man, ret->operands[i]->type);
-        fputc('\n', man);
-    }
+    for (int i = 0; i < body->nargs; i++)
+        print_tensor(man, "in", ins->elems[i]->s, body->args[i]->type);
+    for (int i = 0; ret && i < ret->noperands; i++)
+        print_tensor(man, "out", outs->elems[i]->s, ret->operands[i]->type);
     int nkern = 0;
     for_each_op(op, body) {
         switch (op->kind) {
@@ -147,7 +145,7 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             if (!ok)
                 return false;
             Attr *msg = op_attr(op, "message");
-            fprintf(man, "// assert %s %s\n", text, msg ? msg->s : "a shape check failed");
+            fprintf(man, "// assert expr=%s message=%s\n", text, msg ? msg->s : "a shape check failed");
             continue;
         }
         case OP_LAUNCH: break;
@@ -165,9 +163,7 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
                     bn = outs->elems[i]->s;
             if (!bn) {
                 bn = arena_printf(a, "tmp%d", nm.ntemps++);
-                fprintf(man, "// tensor tmp %s", bn);
-                print_shape(man, op->results[r]->type);
-                fputc('\n', man);
+                print_tensor(man, "tmp", bn, op->results[r]->type);
             }
             map_put(a, &nm.of, op->results[r], (void *)bn);
         }
@@ -180,18 +176,18 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
         strbuf_open(&grid);
         for (int g = 0; g < 3; g++) {
             if (g)
-                fputc(' ', grid.f);
+                fputc(';', grid.f);   /* min(a,b) has commas */
             if (!host_expr(d, &grid, op->operands[g])) {
                 strbuf_finish(&grid, a, NULL);
                 return false;
             }
         }
-        fprintf(man, "// kernel %s grid %s threads %d smem %lld args", k.name, strbuf_finish(&grid, a, NULL),
+        fprintf(man, "// kernel name=%s grid=%s threads=%d smem=%lld args=", k.name, strbuf_finish(&grid, a, NULL),
                 info.threads, (long long)info.smem_bytes);
-        for (int i = 3; i < op->noperands; i++)
-            fprintf(man, " %s", (const char *)map_get(&nm.of, op->operands[i]));
-        for (int r = 0; r < op->nresults; r++)
-            fprintf(man, " %s", (const char *)map_get(&nm.of, op->results[r]));
+        for (int i = 3; i < op->noperands + op->nresults; i++)
+            fprintf(man, "%s%s", i > 3 ? "," : "",
+                    (const char *)map_get(&nm.of, i < op->noperands ? op->operands[i]
+                                                                  : op->results[i - op->noperands]));
         fputc('\n', man);
     }
     fprintf(man, "// end\n");
@@ -209,7 +205,7 @@ bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("attnc", ctx);
     StrBuf man;
     strbuf_open(&man);
-    fprintf(man.f, "// attnc-manifest 1\n// target %s\n", arch);
+    fprintf(man.f, "// attnc-manifest %d\n// target name=%s\n", ATTNC_MANIFEST_VERSION, arch);
     bool ok = true;
     for_each_op(func, op_body(module)) {
         if (func->kind != OP_FUNC)

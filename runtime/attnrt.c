@@ -131,13 +131,175 @@ static bool parse_shape(char *s, TensorSpec *t) {
     return true;
 }
 
+/* The manifest version this runtime reads (codegen.h's ATTNC_MANIFEST_VERSION). */
+enum { MANIFEST_VERSION = 2 };
+
+/* One manifest line: its entry word, then key=value words. A value has no
+ * spaces, except message=, which runs to the end of the line. */
+typedef struct Entry {
+    const char *what;
+    int n;
+    const char *key[16], *val[16];
+    bool used[16];
+} Entry;
+
+static bool split_entry(char *line, Entry *e) {
+    e->n = 0;
+    char *p = line;
+    while (*p == ' ')
+        p++;
+    e->what = p;
+    p += strcspn(p, " ");
+    while (*p) {
+        *p++ = 0;
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        if (e->n == 16)
+            return false;
+        char *eq = strchr(p, '=');
+        if (!eq || eq == p)
+            return false;
+        *eq = 0;
+        e->key[e->n] = p;
+        e->val[e->n] = eq + 1;
+        e->used[e->n] = false;
+        e->n++;
+        if (strcmp(p, "message") == 0)   /* to the end of the line */
+            break;
+        p = eq + 1 + strcspn(eq + 1, " ");
+    }
+    return true;
+}
+
+/* The value of key, or NULL; marks it read. */
+static const char *get(Entry *e, const char *key) {
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->key[i], key) == 0) {
+            e->used[i] = true;
+            return e->val[i];
+        }
+    return NULL;
+}
+
+/* A key this runtime does not know may change what a launch must do (a
+ * later target's tensor maps or cluster shape): refused, never skipped. */
+static int check_all_read(const Entry *e, int lineno) {
+    for (int i = 0; i < e->n; i++)
+        if (!e->used[i])
+            return fail(ATTNRT_ERROR_MANIFEST,
+                        "manifest line %d: key '%s' of '%s' is not known to this runtime (manifest %d)", lineno,
+                        e->key[i], e->what, MANIFEST_VERSION);
+    return ATTNRT_OK;
+}
+
+/* Splits "a,b,c" (or ';'-separated) into at most max words. */
+static int split_list(char *s, char sep, char **out, int max) {
+    int n = 0;
+    if (!*s || strcmp(s, "-") == 0)
+        return 0;
+    for (char *w = s; w && n < max;) {
+        char *next = strchr(w, sep);
+        if (next)
+            *next++ = 0;
+        out[n++] = w;
+        w = next;
+    }
+    return n;
+}
+
+static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
+    Block *cur = *curp;
+#define NEED(v, key)                                                                                      \
+    const char *v = get(e, key);                                                                          \
+    if (!v)                                                                                               \
+        return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: '%s' needs %s=", lineno, e->what, key);
+    if (strcmp(e->what, "target") == 0) {
+        NEED(name, "name");
+        snprintf(m->target, sizeof m->target, "%s", name);
+    } else if (strcmp(e->what, "block") == 0) {
+        NEED(name, "name");
+        get(e, "kind");
+        Block *nb = realloc(m->blocks, sizeof(Block) * (size_t)(m->nblocks + 1));
+        if (!nb)
+            return fail(ATTNRT_ERROR_MANIFEST, "out of memory reading the manifest");
+        m->blocks = nb;
+        cur = *curp = &m->blocks[m->nblocks++];
+        memset(cur, 0, sizeof *cur);
+        snprintf(cur->name, sizeof cur->name, "%s", name);
+    } else if (!cur) {
+        return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: '%s' outside a block", lineno, e->what);
+    } else if (strcmp(e->what, "dims") == 0) {
+        NEED(names, "names");
+        char buf[1024], *w[MAX_DIMS];
+        snprintf(buf, sizeof buf, "%s", names);
+        int n = split_list(buf, ',', w, MAX_DIMS);
+        for (int i = 0; i < n; i++)
+            snprintf(cur->dims[cur->ndims++], MAX_NAME, "%s", w[i]);
+    } else if (strcmp(e->what, "tensor") == 0) {
+        NEED(role, "role");
+        NEED(name, "name");
+        NEED(dtype, "dtype");
+        NEED(shape, "shape");
+        if (cur->ntensors == MAX_TENSORS)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d tensors", lineno, MAX_TENSORS);
+        TensorSpec *t = &cur->tensors[cur->ntensors++];
+        t->role = strcmp(role, "in") == 0 ? 0 : strcmp(role, "out") == 0 ? 1 : strcmp(role, "tmp") == 0 ? 2 : -1;
+        snprintf(t->name, sizeof t->name, "%s", name);
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", shape);
+        if (t->role < 0 || !dtype_parse(dtype, &t->dtype) || !parse_shape(buf, t))
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: bad tensor '%s'", lineno, name);
+    } else if (strcmp(e->what, "kernel") == 0) {
+        NEED(name, "name");
+        NEED(grid, "grid");
+        NEED(threads, "threads");
+        NEED(smem, "smem");
+        NEED(args, "args");
+        if (cur->nkernels == MAX_KERNELS)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d kernels", lineno, MAX_KERNELS);
+        KernelSpec *k = &cur->kernels[cur->nkernels++];
+        snprintf(k->name, sizeof k->name, "%s", name);
+        char buf[1024], *w[MAX_ARGS];
+        snprintf(buf, sizeof buf, "%s", grid);
+        if (split_list(buf, ';', w, 3) != 3)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: grid= needs three expressions", lineno);
+        for (int g = 0; g < 3; g++)
+            snprintf(k->grid[g], sizeof k->grid[g], "%s", w[g]);
+        k->threads = atoi(threads);
+        k->smem = atoll(smem);
+        snprintf(buf, sizeof buf, "%s", args);
+        int n = split_list(buf, ',', w, MAX_ARGS);
+        for (int i = 0; i < n; i++) {
+            int t = tensor_index(cur, w[i]);
+            if (t < 0)
+                return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, w[i]);
+            k->args[k->nargs++] = t;
+        }
+    } else if (strcmp(e->what, "assert") == 0) {
+        NEED(expr, "expr");
+        NEED(message, "message");
+        if (cur->nasserts == 8)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than 8 asserts", lineno);
+        Assert *as = &cur->asserts[cur->nasserts++];
+        snprintf(as->expr, sizeof as->expr, "%s", expr);
+        snprintf(as->message, sizeof as->message, "%s", message);
+    } else if (strcmp(e->what, "end") == 0) {
+        *curp = NULL;
+    } else {
+        return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown entry '%s'", lineno, e->what);
+    }
+#undef NEED
+    return check_all_read(e, lineno);
+}
+
 /* Reads the manifest from the comment lines heading the PTX. */
 static int parse_manifest(attnrt_module *m) {
     const char *p = m->ptx, *end = m->ptx + m->len;
     int lineno = 0;
     bool header = false;
     Block *cur = NULL;
-    int cap = 0;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
@@ -147,73 +309,33 @@ static int parse_manifest(attnrt_module *m) {
             return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d is too long", lineno);
         memcpy(line, p, n);
         line[n] = 0;
+        if (n && line[n - 1] == '\r')
+            line[n - 1] = 0;
         p = nl ? nl + 1 : end;
         if (strncmp(line, "// ", 3) != 0)
             break;
-        char *words[64];
-        int nw = 0;
-        for (char *w = strtok(line + 3, " \t\r"); w && nw < 64; w = strtok(NULL, " \t\r"))
-            words[nw++] = w;
-        if (nw == 0)
-            continue;
         if (!header) {
-            if (nw != 2 || strcmp(words[0], "attnc-manifest") != 0)
+            int version;
+            char extra;
+            if (sscanf(line, "// attnc-manifest %d%c", &version, &extra) != 1)
                 break;
-            if (strcmp(words[1], "1") != 0)
-                return fail(ATTNRT_ERROR_MANIFEST, "manifest version %s is not supported (this runtime reads 1)",
-                            words[1]);
+            if (version != MANIFEST_VERSION)
+                return fail(ATTNRT_ERROR_MANIFEST,
+                            "manifest version %d is not supported (this runtime reads %d): compile the block again "
+                            "with the attnc that matches this libattnrt",
+                            version, MANIFEST_VERSION);
             header = true;
             continue;
         }
-        if (strcmp(words[0], "target") == 0 && nw == 2) {
-            snprintf(m->target, sizeof m->target, "%s", words[1]);
-        } else if (strcmp(words[0], "block") == 0 && nw >= 2) {
-            if (m->nblocks == cap) {
-                cap = cap ? cap * 2 : 4;
-                m->blocks = realloc(m->blocks, sizeof(Block) * (size_t)cap);
-            }
-            cur = &m->blocks[m->nblocks++];
-            memset(cur, 0, sizeof *cur);
-            snprintf(cur->name, sizeof cur->name, "%s", words[1]);
-        } else if (!cur) {
-            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: '%s' outside a block", lineno, words[0]);
-        } else if (strcmp(words[0], "dims") == 0) {
-            for (int i = 1; i < nw && cur->ndims < MAX_DIMS; i++)
-                snprintf(cur->dims[cur->ndims++], MAX_NAME, "%s", words[i]);
-        } else if (strcmp(words[0], "tensor") == 0 && nw == 5 && cur->ntensors < MAX_TENSORS) {
-            TensorSpec *t = &cur->tensors[cur->ntensors++];
-            t->role = strcmp(words[1], "in") == 0 ? 0 : strcmp(words[1], "out") == 0 ? 1 : 2;
-            snprintf(t->name, sizeof t->name, "%s", words[2]);
-            if (!dtype_parse(words[3], &t->dtype) || !parse_shape(words[4], t))
-                return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: bad tensor '%s'", lineno, words[2]);
-        } else if (strcmp(words[0], "kernel") == 0 && nw >= 11 && cur->nkernels < MAX_KERNELS) {
-            KernelSpec *k = &cur->kernels[cur->nkernels++];
-            snprintf(k->name, sizeof k->name, "%s", words[1]);
-            if (strcmp(words[2], "grid") || strcmp(words[6], "threads") || strcmp(words[8], "smem") ||
-                strcmp(words[10], "args"))
-                return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: malformed kernel line", lineno);
-            for (int g = 0; g < 3; g++)
-                snprintf(k->grid[g], sizeof k->grid[g], "%s", words[3 + g]);
-            k->threads = atoi(words[7]);
-            k->smem = atoll(words[9]);
-            for (int i = 11; i < nw && k->nargs < MAX_ARGS; i++) {
-                int t = tensor_index(cur, words[i]);
-                if (t < 0)
-                    return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, words[i]);
-                k->args[k->nargs++] = t;
-            }
-        } else if (strcmp(words[0], "assert") == 0 && nw >= 3 && cur->nasserts < 8) {
-            Assert *as = &cur->asserts[cur->nasserts++];
-            snprintf(as->expr, sizeof as->expr, "%s", words[1]);
-            as->message[0] = 0;
-            for (int i = 2; i < nw; i++)
-                snprintf(as->message + strlen(as->message), sizeof as->message - strlen(as->message), "%s%s",
-                         i > 2 ? " " : "", words[i]);
-        } else if (strcmp(words[0], "end") == 0) {
-            cur = NULL;
-        } else {
-            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown entry '%s'", lineno, words[0]);
-        }
+        Entry e;
+        if (!split_entry(line + 3, &e))
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: malformed (expected 'entry key=value ...')",
+                        lineno);
+        if (!*e.what)
+            continue;
+        int rc = parse_entry(m, &cur, &e, lineno);
+        if (rc)
+            return rc;
     }
     if (!header)
         return fail(ATTNRT_ERROR_MANIFEST, "no attnc manifest at the head of the PTX (was it written by attnc?)");

@@ -30,6 +30,18 @@ int main(int argc, char **argv) {
     report("no-manifest", attnrt_load_data(junk, sizeof junk - 1, &m));
     const char badver[] = "// attnc-manifest 7\n";
     report("bad-version", attnrt_load_data(badver, sizeof badver - 1, &m));
+    const char v1[] = "// attnc-manifest 1\n// target sm_70\n// block mha attention\n";
+    report("old-version", attnrt_load_data(v1, sizeof v1 - 1, &m));
+    /* a key this runtime does not know (a later target's cluster launch) */
+    const char unknown[] = "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n"
+                           "// dims names=N\n// tensor role=in name=q dtype=f16 shape=N,64\n"
+                           "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=q cluster=2,1,1\n// end\n";
+    report("unknown-key", attnrt_load_data(unknown, sizeof unknown - 1, &m));
+    const char missing[] = "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
+                           "// tensor role=in name=q dtype=f16\n";
+    report("missing-key", attnrt_load_data(missing, sizeof missing - 1, &m));
+    const char positional[] = "// attnc-manifest 2\n// target sm_80\n";
+    report("positional", attnrt_load_data(positional, sizeof positional - 1, &m));
     if (argc < 2 || attnrt_load_file(argv[1], &m)) {
         fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
         return 1;

@@ -20,6 +20,6 @@ for f in "$dir"/*.attn; do
     /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i+1);
                               printf "%s %s: registers %s, spill stores %s bytes\n", ex, k, r, s }
   ' "$tmp/$n.log"
-  grep -o '^// kernel [a-z_0-9]* .* smem [0-9]*' "$tmp/$n.ptx" | sed "s|^// kernel|$n kernel|; s| grid.*smem| smem|"
+  grep -o '^// kernel name=[a-z_0-9]* .* smem=[0-9]*' "$tmp/$n.ptx" | sed "s|^// kernel name=|$n kernel |; s| grid=.*smem=| smem |"
 done
 echo "assembled all examples"
