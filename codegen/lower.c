@@ -392,34 +392,6 @@ static void incoming(Cg *cg, const Op *op, Carried *c, const Value *src_val, Cv 
     }
 }
 
-/* The async copies (commit groups) issued after the one that carried token
- * i of a loop holds at the top of a later iteration: those after its copy in
- * the body, plus a whole body per iteration it was passed along unchanged.
- * 0 when unknown (a wait then waits for everything). */
-static int groups_after(const Block *body, int i, int depth) {
-    const Op *yield = NULL;
-    int copies = 0;
-    for (const Op *o = body->first; o; o = o->next) {
-        copies += o->kind == OP_COPY_ASYNC;
-        if (o->kind == OP_TILE_YIELD)
-            yield = o;
-    }
-    if (!yield || i >= yield->noperands || depth > 8)
-        return 0;
-    const Value *v = yield->operands[i];
-    for (int j = 0; j + 1 < body->nargs; j++)
-        if (v == body->args[1 + j])   /* passed along: a body's copies later */
-            return groups_after(body, j, depth + 1) + copies;
-    int after = -1;
-    for (const Op *o = body->first; o; o = o->next) {
-        if (after >= 0 && o->kind == OP_COPY_ASYNC)
-            after++;
-        if (o->kind == OP_COPY_ASYNC && o->results[0] == v)
-            after = 0;
-    }
-    return after < 0 ? 0 : after;
-}
-
 static void emit_for(Cg *cg, const Op *op) {
     LLVMValueRef lb = as_scalar(cg, op, op->operands[0]), ub = as_scalar(cg, op, op->operands[1]),
                  step = as_scalar(cg, op, op->operands[2]);
@@ -444,13 +416,6 @@ static void emit_for(Cg *cg, const Op *op) {
     Carried *car = NEW_ARRAY(cg->a, Carried, ncarry + 1);
     for (int i = 0; i < ncarry; i++) {
         Cv *cv = make_phis(cg, op, body->args[1 + i], init[i], &car[i]);
-        if (cv->kind == CV_TOKEN && cv->tok->group >= 0) {
-            /* a tile.wait lets the groups younger than its token's stay in
-             * flight: take the fewer of the first iteration's and later ones' */
-            int later = groups_after(body, i, 0);
-            int first = cg->groups - 1 - cv->tok->group;
-            cv->tok->group = cg->groups - 1 - (later < first ? later : first);
-        }
         cv_put(cg, body->args[1 + i], cv);
     }
     if (cg->failed)

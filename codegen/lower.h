@@ -71,7 +71,7 @@ typedef struct Mem {
 } Mem;
 
 /* An in-flight copy (tile.copy_async): register prefetch holds the loaded
- * registers; an asynchronous copy holds none and counts commit groups. */
+ * registers; an asynchronous copy holds none. */
 typedef struct Token {
     const Mem *dst;
     LLVMValueRef stage;
@@ -80,7 +80,6 @@ typedef struct Token {
     int64_t rows, cols;
     int vec;
     ScalarKind elem;
-    int group;            /* async: its commit group, in the kernel's issue order */
 } Token;
 
 typedef enum { CV_SCALAR, CV_DIST, CV_VIEW, CV_MEM, CV_TOKEN } CvKind;
@@ -145,7 +144,7 @@ struct Cg {
     int nwarps, threads, mrep;
     int64_t R;
     LLVMValueRef tid, lane, warp;
-    int groups;          /* async copies: commit groups issued so far */
+    bool async;          /* async copies were issued (drain them) */
     /* dynamic shared memory: live ranges, reused once their owner is dead */
     int64_t smem_bytes;               /* the peak */
     int nlive;

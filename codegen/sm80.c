@@ -12,8 +12,9 @@
  *                is block s's elements 0..7, packed in pairs
  *   copy_async   cp.async straight into the shared stage (zero-filled
  *                outside the tensor), one commit group per copy; tile.wait
- *                waits until its group is done (cp.async.wait_group with the
- *                count of younger groups), then a barrier
+ *                waits with cp.async.wait_group nv.pending (the younger
+ *                groups that may stay in flight, counted by sm80-layout),
+ *                then a barrier
  *
  * f16 and bf16 operands; f32 accumulators, or f16 for f16 operands.
  */
@@ -254,7 +255,6 @@ static void emit_copy_async(Cg *cg, const Op *op) {
     if (t->vec < 2) {   /* 2-byte pieces: cp.async moves 4, 8 or 16 bytes; copy through registers now */
         Token *r = prefetch(cg, op, src, 3, t->rows, t->cols, inner_size_of(op->operands[0]));
         land(cg, r, base, dst->cstrides[1]);
-        t->group = -1;
     } else {
         int64_t total = t->rows * t->cols / t->vec;
         int n = (int)((total + cg->threads - 1) / cg->threads);
@@ -279,9 +279,11 @@ static void emit_copy_async(Cg *cg, const Op *op) {
             if (join)
                 if_end(cg, join);
         }
-        cg_call(cg, "llvm.nvvm.cp.async.commit.group", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-        t->group = cg->groups++;
     }
+    /* one group per copy, empty for a copy made through registers: the
+     * counts of nv.pending hold */
+    cg_call(cg, "llvm.nvvm.cp.async.commit.group", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    cg->async = true;
     Cv *c = NEW(cg->a, Cv);
     c->kind = CV_TOKEN;
     c->tok = t;
@@ -294,16 +296,18 @@ static void emit_wait(Cg *cg, const Op *op) {
         cg_err(cg, op, "tile.wait needs a token of tile.copy_async", NULL);
         return;
     }
-    const Token *t = c->tok;
-    if (t->group >= 0) {   /* the groups committed after this one may stay in flight */
-        LLVMValueRef younger = ci32(cg, cg->groups - t->group - 1);
-        cg_call(cg, "llvm.nvvm.cp.async.wait.group", LLVMVoidTypeInContext(cg->ctx), &younger, 1);
+    Attr *pending = op_attr(op, "nv.pending");
+    if (!pending || pending->kind != AT_INT) {
+        cg_err(cg, op, "internal error: tile.wait has no nv.pending (run sm80-layout)", NULL);
+        return;
     }
+    LLVMValueRef younger = ci32(cg, pending->i);   /* the younger groups that may stay in flight */
+    cg_call(cg, "llvm.nvvm.cp.async.wait.group", LLVMVoidTypeInContext(cg->ctx), &younger, 1);
     cg_barrier(cg);
 }
 
 static void drain(Cg *cg) {
-    if (cg->groups > 0)
+    if (cg->async)
         cg_call(cg, "llvm.nvvm.cp.async.wait.all", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
 }
 

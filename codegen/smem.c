@@ -130,7 +130,6 @@ Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t r
     t->rows = rows;
     t->cols = cols;
     t->elem = src->elem;
-    t->group = -1;
     t->vec = copy_vec(src, cols, (int)dims->elems[1]->i, inner_size);
     int64_t total = rows * cols / t->vec;
     t->nregs = (int)((total + cg->threads - 1) / cg->threads);

@@ -884,8 +884,18 @@ static void land(Copy *c) {
     c->done = true;
 }
 
+/* tile.wait lands its copy and every earlier one (copies complete in
+ * order). With nv.pending = P (sm_80's cp.async.wait_group P) it lands all
+ * but the P copies issued last instead, whichever copy it names: a P that
+ * leaves the named copy in flight reads an unlanded stage. */
 static bool eval_wait(Interp *in, const Op *op) {
     int64_t seq = (int64_t)get(in, op->operands[0])->data[0];
+    Attr *pending = op_attr(op, "nv.pending");
+    if (pending) {
+        if (pending->kind != AT_INT || pending->i < 0)
+            return fail(in, op, "nv.pending must be a count of copies");
+        seq = in->copies.len - 1 - pending->i;
+    }
     for (int i = 0; i <= seq && i < in->copies.len; i++) {
         Copy *c = in->copies.items[i];
         if (!c->done)

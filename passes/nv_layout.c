@@ -32,11 +32,16 @@
  *                              free of bank conflicts
  *   tile.copy_async nv.copy    sm_70: "registers" (loads issued here, stored
  *                              to shared memory at the tile.wait); sm_80:
- *                              "cp.async" (straight to shared memory)
+ *                              "cp.async" (straight to shared memory, one
+ *                              commit group per copy)
+ *   tile.wait      nv.pending  sm_80: the copies issued after the awaited one
+ *                              that may stay in flight (cp.async.wait_group);
+ *                              the interpreter honours it
  *
  * Refuses what the target cannot do: bf16 on sm_70 (no bf16 MMA), an f16
  * accumulator with bf16 operands, row tiles that are not a multiple of 16.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "passes/passes.h"
@@ -179,6 +184,66 @@ static const char *operand_layout(const Value *v) {
     return "";
 }
 
+/* sm_80: the async copies (commit groups) issued after the one whose token
+ * a loop carries as its i-th token, at the top of a later iteration: those after its copy in
+ * the body, plus a whole body per iteration it was passed along unchanged.
+ * 0 when unknown (a wait then waits for everything). */
+static int groups_after(const Block *body, int i, int depth) {
+    const Op *yield = NULL;
+    int copies = 0;
+    for (const Op *o = body->first; o; o = o->next) {
+        copies += o->kind == OP_COPY_ASYNC;
+        if (o->kind == OP_TILE_YIELD)
+            yield = o;
+    }
+    if (!yield || i >= yield->noperands || depth > 8)
+        return 0;
+    const Value *v = yield->operands[i];
+    for (int j = 0; j + 1 < body->nargs; j++)
+        if (v == body->args[1 + j])   /* passed along: a body's copies later */
+            return groups_after(body, j, depth + 1) + copies;
+    int after = -1;
+    for (const Op *o = body->first; o; o = o->next) {
+        if (after >= 0 && o->kind == OP_COPY_ASYNC)
+            after++;
+        if (o->kind == OP_COPY_ASYNC && o->results[0] == v)
+            after = 0;
+    }
+    return after < 0 ? 0 : after;
+}
+
+/* sm_80's cp.async commits one group per tile.copy_async; a tile.wait may
+ * leave the groups committed after its token's in flight. nv.pending says how
+ * many (the interpreter lands all but that many youngest copies there, so a
+ * count that is too large reads an unlanded stage and fails the check). For
+ * a token a loop carries, the fewer of the first iteration's and a later
+ * one's. Numbers are copy sequence numbers in issue order, +1 in the map. */
+static void count_groups(const Lower *l, Block *blk, Map *group, int *count) {
+    Arena *a = l->ctx->arena;
+    for (Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_COPY_ASYNC) {
+            map_put(a, group, op->results[0], (void *)(intptr_t)(++*count));
+        } else if (op->kind == OP_WAIT) {
+            intptr_t g = (intptr_t)map_get(group, op->operands[0]);
+            op_set_attr(a, op, "nv.pending", attr_int(a, g ? *count - g : 0));
+        } else if (op->kind == OP_FOR) {
+            Block *body = op->regions[0].blocks[0];
+            for (int i = 0; 3 + i < op->noperands; i++) {
+                intptr_t g = (intptr_t)map_get(group, op->operands[3 + i]);
+                if (!g)
+                    continue;
+                int first = *count - (int)g, later = groups_after(body, i, 0);
+                map_put(a, group, body->args[1 + i], (void *)(intptr_t)(*count - (later < first ? later : first)));
+            }
+            count_groups(l, body, group, count);
+        } else {
+            for (int r = 0; r < op->nregions; r++)
+                for (int k = 0; k < op->regions[r].nblocks; k++)
+                    count_groups(l, op->regions[r].blocks[k], group, count);
+        }
+    }
+}
+
 static void annotate_dot(const Lower *l, Op *op) {
     Arena *a = l->ctx->arena;
     const char *al = operand_layout(op->operands[0]), *bl = operand_layout(op->operands[1]);
@@ -277,6 +342,12 @@ static bool layout_launch(const Lower *l, Op *launch) {
     op_set_attr(a, launch, "nv.warps", attr_int(a, warps));
     op_set_attr(a, launch, "nv.row_blocks", attr_int(a, row_blocks));
     annotate(l, body, body);   /* in order: a dot's loads come before it */
+    if (l->gen == SM80) {
+        Map group;
+        map_init(&group, false);
+        int count = 0;
+        count_groups(l, launch->regions[0].blocks[0], &group, &count);
+    }
     return true;
 }
 

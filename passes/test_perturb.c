@@ -22,3 +22,19 @@ bool pass_test_perturb_constants(Op *module, PassContext *ctx) {
     perturb(module, ctx->arena);
     return true;
 }
+
+/* test-pending-plus-one: every tile.wait leaves one more cp.async copy in
+ * flight than sm80-layout counted (an off-by-one in the group count). */
+static void pending_plus_one(Op *op, Arena *a) {
+    Attr *p = op->kind == OP_WAIT ? op_attr(op, "nv.pending") : NULL;
+    if (p && p->kind == AT_INT)
+        op_set_attr(a, op, "nv.pending", attr_int(a, p->i + 1));
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for_each_op(inner, op->regions[r].blocks[b]) pending_plus_one(inner, a);
+}
+
+bool pass_test_pending_plus_one(Op *module, PassContext *ctx) {
+    pending_plus_one(module, ctx->arena);
+    return true;
+}
