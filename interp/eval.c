@@ -730,6 +730,11 @@ static bool eval_load(Interp *in, const Op *op) {
     for (int64_t e = 0; e < r->size; e++) {
         int64_t off = box_offset(&box, e);
         r->data[e] = off < 0 ? fill : mem->data[off];
+        /* memory nothing wrote: a stage read before its copy landed (a
+         * missing or misplaced tile.wait), a temporary read before its kernel */
+        if (off >= 0 && interp_is_poison(r->data[e]))
+            return fail(in, op, "reads memory that nothing wrote (a copy not waited for, or a buffer not yet "
+                                "stored)");
     }
     return set_result(in, op, r);
 }
@@ -835,7 +840,7 @@ static bool eval_alloc(Interp *in, const Op *op) {
     if (!r)
         return false;
     for (int64_t e = 0; e < r->size; e++)
-        r->data[e] = NAN;
+        r->data[e] = interp_poison();
     return set_result(in, op, r);
 }
 
@@ -937,7 +942,7 @@ static bool eval_launch(Interp *in, const Op *op) {
         if (!(outs[i] = new_result_n(in, op, i)))
             return false;
         for (int64_t e = 0; e < outs[i]->size; e++)
-            outs[i]->data[e] = NAN;
+            outs[i]->data[e] = interp_poison();
     }
     const Block *b = op->regions[0].blocks[0];
     for (int64_t z = 0; z < grid[2]; z++)

@@ -32,6 +32,12 @@ Tensor *tensor_new(Arena *a, ScalarKind dtype, int rank, const int64_t *dims);
  * overflow to infinity for f16, bf16 and f32; truncation for integers. */
 double round_to(ScalarKind dtype, double x);
 
+/* What memory holds before anything writes it (new buffers, a kernel's
+ * outputs): a NaN with its own payload, so that the check can tell an
+ * element nobody wrote from a NaN the program computed. */
+double interp_poison(void);
+bool interp_is_poison(double x);
+
 typedef struct Rng {
     uint64_t state;
 } Rng;

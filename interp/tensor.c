@@ -51,6 +51,20 @@ double round_to(ScalarKind dtype, double x) {
     unreachable();
 }
 
+static const uint64_t POISON_BITS = 0x7ff8dead0000beefull;   /* a quiet NaN */
+
+double interp_poison(void) {
+    double x;
+    memcpy(&x, &POISON_BITS, sizeof x);
+    return x;
+}
+
+bool interp_is_poison(double x) {
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits == POISON_BITS;
+}
+
 /* splitmix64: small, good enough, and the same on every machine. */
 uint64_t rng_next(Rng *r) {
     uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);

@@ -11,6 +11,14 @@
  *   ... o, lse = m + log(l)                     l' = α·l + rowsum(p); acc' = α·acc + p·V
  *                                             }); o = acc / l; lse = m·ln2 + log(l)
  *
+ * The change of base, the running statistics m and l, p's exponentials and
+ * the final division are f32 whatever the accumulator type; with FP16-ACC
+ * (SparkAttention) only the two MMAs accumulate in f16 (O too, rescaled by
+ * α). log2(e) folded into an f16 scale, or f16 scores times log2(e), are off
+ * by ~2^-11 relative, which exp turns into an error of ~s·2^-11 (1.5% at
+ * softcap 30: examples/softcap_alibi.attn failed its check so); m and l in
+ * f16 would lose precision for nothing (one value per row).
+ *
  * Requires: tiling's tagged loops in one block (each of the three kinds may be
  * a chain of segments: masked edge, unmasked interior, masked edge; they
  * become a chain of fused loops). Guarantees: the same softmax up to
@@ -102,7 +110,7 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     if (!match_pv(lpv, &pv))
         return NULL;
     Arena *a = ctx->arena;
-    Value *ops[6] = {lpv->operands[0], lpv->operands[1], lpv->operands[2], init[0], init[1], init[2]};
+    Value *ops[6] = {lpv->operands[0], lpv->operands[1], lpv->operands[2], init[0], init[1], init[2]};   /* f32 */
     Type *types[3] = {init[0]->type, init[1]->type, lpv->results[0]->type};
     Op *loop = op_create(a, OP_FOR, 6, ops, 3, types, 1);
     loop->loc = lpv->loc;
@@ -111,6 +119,7 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     region_take(&loop->regions[0], &lpv->regions[0]);
     Block *body = loop->regions[0].blocks[0];
     Value *acc = body->args[1];
+    ScalarKind dot_t = acc->type->elem;   /* the MMA's accumulator (f16 for FP16-ACC) */
     Value *m = block_add_arg(a, body, types[0], "m");
     Value *l = block_add_arg(a, body, types[1], "l");
     /* block arguments in order: iv, m, l, acc */
@@ -119,7 +128,12 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
         body->args[i]->index = i;
     Op *yield = body->last;
     Builder b = {a, NULL, yield, lpv->loc};
-    Value *s = to_base2(&b, pv.scores);
+    /* f32 before the change of base: log2(e) folded into an f16 scale, or
+     * f16 scores times log2(e), would be off by ~2^-11 relative, which exp
+     * turns into an error of ~s·2^-11 (1.5% at softcap 30) */
+    Value *s = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
+                                               : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),
+                                                       b_float(&b, SK_F32, 1.4426950408889634));
     Value *ninf = b_float(&b, types[0]->elem, -INFINITY), *zero = b_float(&b, types[0]->elem, 0);
     Value *m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
     Value *m_safe = b_select(&b, b_cmp(&b, "eq", m_new, ninf), zero, m_new);
@@ -127,7 +141,8 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     Value *p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s, m_safe));
     Value *l_new = b_bin(&b, OP_ADD, rescale ? b_bin(&b, OP_MUL, l, alpha) : l, b_row_reduce(&b, "sum", p));
     Value *pc = p->type->elem == pv.vtile->type->elem ? p : b_emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
-    Value *dops[3] = {pc, pv.vtile, rescale ? b_bin(&b, OP_MUL, acc, alpha) : acc};
+    Value *alpha_acc = alpha->type->elem == dot_t ? alpha : b_cast(&b, alpha, dot_t);
+    Value *dops[3] = {pc, pv.vtile, rescale ? b_bin(&b, OP_MUL, acc, alpha_acc) : acc};
     Value *acc_new = b_emit(&b, OP_DOT, acc->type, 3, dops);
     Value *yields[3] = {m_new, l_new, acc_new};
     Op *y = op_create(a, OP_TILE_YIELD, 3, yields, 0, NULL, 0);
@@ -145,20 +160,32 @@ static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **p
         if (!match_pv(pvs[i], &pv))
             return true;   /* not the shape tiling makes: leave it */
     Value *carry[3] = {maxes[0]->operands[3], sums[0]->operands[3], pvs[0]->operands[3]};
+    Arena *a = ctx->arena;
+    const Type *mt0 = carry[0]->type, *lt0 = carry[1]->type;
+    Builder pre = {a, NULL, pvs[0], pvs[0]->loc};   /* where the fused loop goes: all starts in f32 */
+    for (int r = 0; r < 2; r++)
+        if (carry[r]->type->elem != SK_F32)
+            carry[r] = b_cast(&pre, carry[r], SK_F32);
     Op *loop = NULL;
     for (int i = 0; i < k; i++) {
         loop = fuse_segment(ctx, pvs[i], carry, rescale);
         for (int r = 0; r < 3; r++)
             carry[r] = loop->results[r];
     }
-    Arena *a = ctx->arena;
     Op *last_pv = pvs[k - 1];
     Builder o = {a, NULL, last_pv, last_pv->loc};
-    const Type *mt = carry[0]->type, *lt = carry[1]->type;
     Value *lf = carry[1];
-    Value *l_safe = b_select(&o, b_cmp(&o, "eq", lf, b_float(&o, lt->elem, 0)), b_float(&o, lt->elem, 1), lf);
-    Value *out = b_bin(&o, OP_DIV, carry[2], l_safe);
-    Value *m_nat = b_bin(&o, OP_MUL, carry[0], b_float(&o, mt->elem, 0.6931471805599453));
+    Value *l_safe = b_select(&o, b_cmp(&o, "eq", lf, b_float(&o, SK_F32, 0)), b_float(&o, SK_F32, 1), lf);
+    ScalarKind acc_t = last_pv->results[0]->type->elem;
+    Value *out = b_bin(&o, OP_DIV, acc_t == SK_F32 ? carry[2] : b_cast(&o, carry[2], SK_F32), l_safe);
+    Value *m_nat = b_bin(&o, OP_MUL, carry[0], b_float(&o, SK_F32, 0.6931471805599453));
+    /* back to the types the loops' users had */
+    if (acc_t != SK_F32)
+        out = b_cast(&o, out, acc_t);
+    if (mt0->elem != SK_F32)
+        m_nat = b_cast(&o, m_nat, mt0->elem);
+    if (lt0->elem != SK_F32)
+        lf = b_cast(&o, lf, lt0->elem);
     replace_all_uses(func, last_pv->results[0], out);
     replace_all_uses(func, maxes[k - 1]->results[0], m_nat);
     replace_all_uses(func, sums[k - 1]->results[0], lf);
