@@ -216,6 +216,14 @@ static int64_t floor_div(int64_t x, int64_t y) {
     return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
 }
 
+/* Finite operands whose result is not (1e308 * 10): an error, not a silent inf. */
+static Val finite_result(Sema *s, Val r, Loc loc) {
+    if (isfinite(r.f))
+        return r;
+    diag_error(s->d, s->src, loc, "floating-point overflow in constant expression");
+    return ERROR_VAL;
+}
+
 static Val fold_binary(Sema *s, BinOp op, Val x, Val y, Loc loc) {
     bool ints = x.kind == VAL_INT && y.kind == VAL_INT;
     double a = num(x), b = num(y);
@@ -234,25 +242,33 @@ static Val fold_binary(Sema *s, BinOp op, Val x, Val y, Loc loc) {
             return (Val){VAL_INT, out, 0, NULL};
         }
         r.f = op == B_ADD ? a + b : op == B_SUB ? a - b : a * b;
-        return r;
+        return finite_result(s, r, loc);
     case B_DIV:
         if (b == 0) {
             diag_error(s->d, s->src, loc, "division by zero in constant expression");
             return ERROR_VAL;
         }
         r.f = a / b;
-        return r;
+        return finite_result(s, r, loc);
     case B_FLOORDIV: case B_REM:
         if (!ints) {
             diag_error(s->d, s->src, loc, "'%s' needs integers, not %s and %s", op_spelling(op),
                        val_text(s, x), val_text(s, y));
             return ERROR_VAL;
         }
-        if (y.i == 0 || (x.i == INT64_MIN && y.i == -1)) {
+        if (y.i == 0) {
             diag_error(s->d, s->src, loc, "division by zero in constant expression");
             return ERROR_VAL;
         }
         r.kind = VAL_INT;
+        if (y.i == -1) {   /* x // -1 = -x, which overflows for INT64_MIN; x % -1 = 0 */
+            if (op == B_FLOORDIV && x.i == INT64_MIN) {
+                diag_error(s->d, s->src, loc, "integer overflow in constant expression");
+                return ERROR_VAL;
+            }
+            r.i = op == B_FLOORDIV ? -x.i : 0;
+            return r;
+        }
         r.i = op == B_FLOORDIV ? floor_div(x.i, y.i) : x.i - floor_div(x.i, y.i) * y.i;
         return r;
     case B_LT: r.i = a < b; break;
@@ -728,8 +744,13 @@ static Val lower_call(Sema *s, const Expr *e) {
                 diag_error(s->d, s->src, e->loc, "'%s' of %g is not a finite number", fn->name, num(x));
                 return ERROR_VAL;
             }
-            if (fn->op == OP_ABS && x.kind == VAL_INT)
+            if (fn->op == OP_ABS && x.kind == VAL_INT) {
+                if (x.i == INT64_MIN) {   /* |INT64_MIN| is not an int64 */
+                    diag_error(s->d, s->src, e->loc, "integer overflow in constant expression");
+                    return ERROR_VAL;
+                }
                 return (Val){VAL_INT, x.i < 0 ? -x.i : x.i, 0, NULL};
+            }
             return (Val){VAL_FLOAT, 0, r, NULL};
         }
         if (!can_emit(s, e->loc))
@@ -1259,6 +1280,12 @@ static void lower_attention(Sema *s, const Item *it, Op *func) {
         if (!is_num_const(v) || !(num(v) > 0) || !isfinite(num(v))) {
             diag_error(s->d, s->src, scale->value->loc, "the scale must be a positive number, not %s",
                        is_num_const(v) ? arena_printf(s->a, "%g", num(v)) : val_text(s, v));
+            return;
+        }
+        /* the kernels multiply by it in f32 */
+        if (!isfinite((float)num(v)) || (float)num(v) == 0) {
+            diag_error(s->d, s->src, scale->value->loc, "the scale %g is %s in f32", num(v),
+                       (float)num(v) == 0 ? "zero" : "infinite");
             return;
         }
         scale_value = num(v);

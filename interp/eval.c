@@ -50,6 +50,26 @@ bool concrete_shape(Interp *in, const Type *t, int64_t *dims) {
         }
         dims[i] = v;
     }
+    /* every tensor is held as doubles: at most INTERP_MAX_ELEMENTS of them */
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (dims[i] < 0 || (dims[i] > 0 && n > INTERP_MAX_ELEMENTS / dims[i])) {
+            n = -1;
+            break;
+        }
+        n *= dims[i];
+    }
+    if (n < 0 || n > INTERP_MAX_ELEMENTS) {
+        char shape[256] = "";
+        for (int i = 0; i < t->rank; i++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", i ? ", " : "",
+                     (long long)dims[i]);
+        diag_plain(in->diag,
+                   "a tensor of shape [%s] is too large for the interpreter (at most %lld elements, %lld MiB "
+                   "as doubles); bind smaller sizes with -D",
+                   shape, (long long)INTERP_MAX_ELEMENTS, (long long)(INTERP_MAX_ELEMENTS * 8 >> 20));
+        return false;
+    }
     return true;
 }
 

@@ -36,6 +36,10 @@ double round_to(ScalarKind dtype, double x);
  * outputs): a NaN with its own payload, so that the check can tell an
  * element nobody wrote from a NaN the program computed. */
 double interp_poison(void);
+
+/* The most elements one tensor may have (2^27: 1 GiB as doubles); larger
+ * sizes are an error, never an out-of-memory abort (doc/interpreter.md). */
+#define INTERP_MAX_ELEMENTS ((int64_t)1 << 27)
 bool interp_is_poison(double x);
 
 typedef struct Rng {
