@@ -304,6 +304,15 @@ def binding_errors(rep, tmp):
     o_ref, _ = attention_ref(x, x, x, 1 / 8, None, None, torch.float64)
     e = max_err(o_side, o_ref)
     rep.expect("binding: current torch stream", e < 1e-3, f"input written on a side stream, kernel run there: err {e:.2e}")
+    # out= aliasing an input is refused (PyTorch's rule), and empty inputs
+    # give empty outputs with no launch
+    expect("out= is an input", lambda: mod.run(name, q, q.clone(), q.clone(), out=q), "output 'o'", "overlaps input 'q'")
+    e = torch.empty(0, 4, 17, 64, device="cuda", dtype=DT)
+    oe = mod.run(name, e, e, e)
+    rep.expect("binding: B = 0 gives an empty output", tuple(oe.shape) == (0, 4, 17, 64), f"{tuple(oe.shape)}")
+    e = torch.empty(1, 4, 0, 64, device="cuda", dtype=DT)
+    oe = mod.run(name, e, e, e)
+    rep.expect("binding: N = 0 gives an empty output", tuple(oe.shape) == (1, 4, 0, 64), f"{tuple(oe.shape)}")
     o = mod.run(name, q, q, q)
     rep.expect("binding: outputs allocated", o.shape == q.shape and o.dtype == DT and bool(
         torch.isfinite(o).all()), f"{tuple(o.shape)} {o.dtype}")

@@ -625,6 +625,13 @@ static void shape_text(const TensorSpec *t, char *buf, size_t n) {
         snprintf(buf + k, n - k, "]");
 }
 
+static size_t tensor_bytes(const attnrt_tensor *x) {
+    size_t n = (size_t)dtype_size(x->dtype);
+    for (int i = 0; i < x->rank; i++)
+        n *= (size_t)(x->shape[i] > 0 ? x->shape[i] : 0);
+    return n;
+}
+
 static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor *x, Binding *bd, bool bind) {
     char want[256];
     shape_text(s, want, sizeof want);
@@ -640,8 +647,8 @@ static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor
                     b->name, x->rank, s->rank, want);
     for (int i = 0; i < s->rank; i++) {
         int64_t got = x->shape[i];
-        if (got <= 0)
-            return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': dimension %d is %lld; expected %s with sizes > 0",
+        if (got < 0)
+            return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': dimension %d is %lld; expected %s with sizes >= 0",
                         kind, s->name, b->name, i, (long long)got, want);
         if (!s->dims[i].sym[0]) {
             if (got != s->dims[i].size)
@@ -673,9 +680,28 @@ static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor
                         s->name, b->name, i, (long long)x->strides[i], (long long)expect, want);
         expect *= x->shape[i];
     }
-    if ((uintptr_t)x->data % 16)
+    if (tensor_bytes(x) && (uintptr_t)x->data % 16)   /* an empty tensor's pointer is never used */
         return fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': data pointer %p is not 16-byte aligned", kind,
                     s->name, b->name, x->data);
+    return ATTNRT_OK;
+}
+
+/* PyTorch's rule for out=: an output may share memory with no input and no
+ * other output (a kernel would read what another thread already wrote). */
+static int check_overlap(const Block *b, const attnrt_tensor *in, int nin, const attnrt_tensor *out, int nout) {
+    for (int o = 0; o < nout; o++) {
+        uintptr_t lo = (uintptr_t)out[o].data, hi = lo + tensor_bytes(&out[o]);
+        for (int j = 0; j < nin + o; j++) {
+            const attnrt_tensor *x = j < nin ? &in[j] : &out[j - nin];
+            uintptr_t xlo = (uintptr_t)x->data, xhi = xlo + tensor_bytes(x);
+            if (lo < hi && xlo < xhi && lo < xhi && xlo < hi)
+                return fail(ATTNRT_ERROR_ARGUMENT,
+                            "output '%s' of block '%s' overlaps %s '%s' in memory; outputs may not share memory "
+                            "with inputs or other outputs (as PyTorch's out=)",
+                            nth_role(b, 1, o)->name, b->name, j < nin ? "input" : "output",
+                            j < nin ? nth_role(b, 0, j)->name : nth_role(b, 1, j - nin)->name);
+        }
+    }
     return ATTNRT_OK;
 }
 
@@ -695,6 +721,11 @@ static int check_all(const Block *b, const attnrt_tensor *in, int nin, const att
     }
     for (int i = 0; out && i < nout; i++) {
         int rc = check_tensor(b, nth_role(b, 1, i), &out[i], bd, false);
+        if (rc)
+            return rc;
+    }
+    if (out) {
+        int rc = check_overlap(b, in, nin, out, nout);
         if (rc)
             return rc;
     }
@@ -750,6 +781,8 @@ static int validate(const attnrt_module *m, const char *block, const attnrt_tens
     for (int i = 0; i < ninputs + noutputs; i++) {
         const attnrt_tensor *x = i < ninputs ? &inputs[i] : &outputs[i - ninputs];
         const TensorSpec *s = i < ninputs ? nth_role(b, 0, i) : nth_role(b, 1, i - ninputs);
+        if (!tensor_bytes(x))   /* empty: its pointer is never used (PyTorch's may be 0) */
+            continue;
         int dev = 0;
         if ((rc = cuda_is_device_pointer(x->data, &dev)))
             return rc;
@@ -791,7 +824,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             size_t bytes = (size_t)dtype_size(s->dtype);
             for (int d = 0; d < s->rank; d++)
                 bytes *= (size_t)dim_value(&bd, &s->dims[d]);
-            if (b->temp_bytes[t] < bytes) {
+            if (bytes && b->temp_bytes[t] < bytes) {
                 if (b->temp[t]) {
                     cuda_free(b->temp[t]);
                     b->temp[t] = NULL;

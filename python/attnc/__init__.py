@@ -4,7 +4,7 @@
     mod = attnc.load("attn.ptx")                 # PTX + manifest from attnc
     o = mod.run("mha", q, k, v)                  # -> torch tensor (or a tuple)
 
-    mod = attnc.compile("model.attn", arch="sm_70")   # runs the attnc binary
+    mod = attnc.compile("model.attn")                # runs the attnc binary (default target sm_80)
 
 ctypes over libattnrt (no compile step). Kernels launch on the current torch
 stream. Inputs must be contiguous CUDA tensors of the manifest's dtypes;
@@ -193,16 +193,17 @@ def find_attnc():
     return found
 
 
-def compile(source, arch="sm_70", output=None):
-    """Compiles a .attn file with attnc and loads the PTX (written to `output`,
-    or to a temporary file that is removed once loaded)."""
+def compile(source, arch=None, output=None):
+    """Compiles a .attn file with attnc for `arch` (None: attnc's default
+    target, sm_80) and loads the PTX (written to `output`, or to a temporary
+    file that is removed once loaded)."""
     keep = output is not None
     if not keep:
         fd, output = tempfile.mkstemp(suffix=".ptx", prefix="attnc-")
         os.close(fd)
     try:
-        r = subprocess.run([find_attnc(), os.fspath(source), "-arch", arch, "-o", output],
-                           capture_output=True, text=True)
+        cmd = [find_attnc(), os.fspath(source), "-emit=ptx", "-o", output] + (["-arch", arch] if arch else [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise AttncError(r.stderr.strip() or f"attnc failed with status {r.returncode}")
         return load(output)

@@ -13,7 +13,7 @@
 
 #include "attnrt.h"
 
-static char buf[4][1 << 12] __attribute__((aligned(16)));
+static char buf[4][1 << 15] __attribute__((aligned(16)));   /* 2·16·5·64 f16 = 20 KiB each */
 
 static attnrt_tensor t4(void *p, attnrt_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d) {
     attnrt_tensor t = {.data = p, .dtype = dt, .rank = 4, .shape = {b, h, n, d}};
@@ -80,10 +80,19 @@ int main(int argc, char **argv) {
     memcpy(bad, in, sizeof in);
     bad[1].data = buf[1] + 2;
     report("alignment", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    /* N = 0, as PyTorch allows: empty tensors (their pointers never used) */
+    attnrt_tensor empty_in[3], empty_out[1];
+    for (int i = 0; i < 3; i++)
+        empty_in[i] = t4(NULL, ATTNRT_F16, 2, 16, 0, 64);
+    empty_out[0] = t4(NULL, ATTNRT_F16, 2, 16, 0, 64);
+    report("empty", attnrt_validate(m, "mha", empty_in, 3, empty_out, 1, 0));
     memcpy(bad, in, sizeof in);
-    bad[0].data = NULL;
-    bad[0].shape[2] = 0;
-    report("empty", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    bad[0].shape[2] = -1;
+    report("negative", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    /* out= aliasing an input, or overlapping it by part */
+    report("out-is-input", attnrt_validate(m, "mha", in, 3, &in[0], 1, 0));
+    attnrt_tensor shifted = t4(buf[1] + 32, ATTNRT_F16, 2, 16, 5, 64);
+    report("out-overlaps", attnrt_validate(m, "mha", in, 3, &shifted, 1, 0));
     attnrt_tensor badout = t4(buf[3], ATTNRT_F16, 2, 16, 4, 64);
     report("output-shape-mismatch", attnrt_validate(m, "mha", in, 3, &badout, 1, 0));
     /* everything right, but no GPU: the device-pointer check needs libcuda */
