@@ -673,7 +673,7 @@ static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor
         }
     }
     int64_t expect = 1;
-    for (int i = s->rank - 1; i >= 0; i--) {
+    for (int i = s->rank - 1; i >= 0 && tensor_bytes(x); i--) {   /* an empty tensor has no layout */
         if (x->shape[i] > 1 && x->strides[i] != expect)
             return fail(ATTNRT_ERROR_ARGUMENT,
                         "%s '%s' of block '%s' is not contiguous: stride %d is %lld, expected %lld (row-major %s)", kind,

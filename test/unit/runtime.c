@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         empty_in[i] = t4(NULL, ATTNRT_F16, 2, 16, 0, 64);
     empty_out[0] = t4(NULL, ATTNRT_F16, 2, 16, 0, 64);
+    empty_in[0].strides[1] = 64;   /* strides of an empty tensor mean nothing (PyTorch's vary) */
     report("empty", attnrt_validate(m, "mha", empty_in, 3, empty_out, 1, 0));
     memcpy(bad, in, sizeof in);
     bad[0].shape[2] = -1;
