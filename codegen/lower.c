@@ -295,6 +295,37 @@ static void emit_reduce(Cg *cg, const Op *op) {
 }
 
 
+bool dot_fits(Cg *cg, const Op *op) {
+    const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
+    int64_t M = at->dims[0].size, K = at->dims[1].size, N = bt->dims[1].size;
+    if ((rt->elem == SK_F16) != cg->acc16)
+        return cg_err(cg, op, "all tile.dot ops of a kernel must accumulate in one type", NULL);
+    if (M != cg->R || K % 16 || N % 16)
+        return cg_err(cg, op, "%s", arena_printf(cg->a, "a %lldx%lldx%lld dot does not fit the kernel's warp tiling",
+                                                  (long long)M, (long long)K, (long long)N));
+    return true;
+}
+
+Dist *dot_a_in_registers(Cg *cg, const Op *op) {
+    Dist *p = as_dist(cg, op, op->operands[0]);
+    if (cg->failed)
+        return NULL;
+    if (p->rows != cg->R || p->cols != op->operands[0]->type->dims[1].size) {
+        cg_err(cg, op, "operand A of tile.dot must be a full tile", NULL);
+        return NULL;
+    }
+    return p;
+}
+
+const Token *wait_token(Cg *cg, const Op *op) {
+    Cv *c = cv_get(cg, op->operands[0]);
+    if (!c || c->kind != CV_TOKEN) {
+        cg_err(cg, op, "tile.wait needs a token of tile.copy_async", NULL);
+        return NULL;
+    }
+    return c->tok;
+}
+
 static void emit_trans(Cg *cg, const Op *op) {
     Cv *c = cv_get(cg, op->operands[0]);
     if (!c || c->kind != CV_VIEW) {

@@ -230,6 +230,13 @@ void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
 void mem_coords(Cg *cg, const Op *op, const Mem *m, int first, LLVMValueRef row, LLVMValueRef col,
                 LLVMValueRef *co);
 LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *inside);
+/* What every target's tile.dot checks: one accumulator type per kernel, a
+ * shape the warp tiling covers (reported; false otherwise). */
+bool dot_fits(Cg *cg, const Op *op);
+/* tile.dot's operand A computed in registers (P): a full tile, or NULL (reported). */
+Dist *dot_a_in_registers(Cg *cg, const Op *op);
+/* tile.wait's token, or NULL (reported). */
+const Token *wait_token(Cg *cg, const Op *op);
 /* One kernel for a launch, lowered for the target; see cg.h. */
 bool emit_kernel(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info);

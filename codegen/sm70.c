@@ -136,15 +136,8 @@ static void emit_dot(Cg *cg, const Op *op) {
         cg_err(cg, op, "mma.m8n8k4 multiplies f16 operands only", NULL);
         return;
     }
-    if (f16acc != cg->acc16) {
-        cg_err(cg, op, "all tile.dot ops of a kernel must accumulate in one type", NULL);
+    if (!dot_fits(cg, op))
         return;
-    }
-    if (M != cg->R || K % 16 || N % 16) {
-        cg_err(cg, op, "%s", arena_printf(cg->a, "a %lldx%lldx%lld dot does not fit the kernel's warp tiling",
-                                        (long long)M, (long long)K, (long long)N));
-        return;
-    }
     Cv *ca = cv_get(cg, op->operands[0]), *cb = cv_get(cg, op->operands[1]);
     if (!cb || cb->kind != CV_VIEW) {
         cg_err(cg, op, "operand B of tile.dot must be a tile loaded from memory", NULL);
@@ -152,13 +145,9 @@ static void emit_dot(Cg *cg, const Op *op) {
     }
     LLVMValueRef *pfr = NULL;
     if (!ca || ca->kind != CV_VIEW) {
-        Dist *p = as_dist(cg, op, op->operands[0]);
-        if (cg->failed)
+        Dist *p = dot_a_in_registers(cg, op);
+        if (!p)
             return;
-        if (p->rows != cg->R || p->cols != K) {
-            cg_err(cg, op, "operand A of tile.dot must be a full tile", NULL);
-            return;
-        }
         pfr = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * (K / 4) * 2));
         frags_from_acc(cg, p, K, pfr);
     }
@@ -252,12 +241,9 @@ static void emit_copy_async(Cg *cg, const Op *op) {
 }
 
 static void emit_wait(Cg *cg, const Op *op) {
-    Cv *c = cv_get(cg, op->operands[0]);
-    if (!c || c->kind != CV_TOKEN) {
-        cg_err(cg, op, "tile.wait needs a token of tile.copy_async", NULL);
+    const Token *t = wait_token(cg, op);
+    if (!t)
         return;
-    }
-    const Token *t = c->tok;
     if (t->dst->cdims[0] < 2)   /* one stage: others may still read it */
         cg_barrier(cg);
     LLVMValueRef base = gep(cg, SK_F16, t->dst->ptr, mul(cg, t->stage, ci64(cg, t->dst->cstrides[0])));

@@ -126,15 +126,8 @@ static void emit_dot(Cg *cg, const Op *op) {
         cg_err(cg, op, "mma.m16n8k16 multiplies f16 or bf16 (f16 accumulates f16 only)", NULL);
         return;
     }
-    if (f16acc != cg->acc16) {
-        cg_err(cg, op, "all tile.dot ops of a kernel must accumulate in one type", NULL);
+    if (!dot_fits(cg, op))
         return;
-    }
-    if (M != cg->R || K % 16 || N % 16) {
-        cg_err(cg, op, "%s", arena_printf(cg->a, "a %lldx%lldx%lld dot does not fit the kernel's warp tiling",
-                                           (long long)M, (long long)K, (long long)N));
-        return;
-    }
     Cv *ca = cv_get(cg, op->operands[0]), *cb = cv_get(cg, op->operands[1]);
     bool a_regs = strcmp(na->s, "registers") == 0, a_pre = strcmp(na->s, "fragments") == 0;
     if (!cb || cb->kind != CV_VIEW || cb->view->trans != (strcmp(nb_attr->s, "ldmatrix") == 0) ||
@@ -144,15 +137,8 @@ static void emit_dot(Cg *cg, const Op *op) {
         return;
     }
     Dist *p = NULL;
-    if (a_regs) {
-        p = as_dist(cg, op, op->operands[0]);
-        if (cg->failed)
-            return;
-        if (p->rows != cg->R || p->cols != K) {
-            cg_err(cg, op, "operand A of tile.dot must be a full tile", NULL);
-            return;
-        }
-    }
+    if (a_regs && !(p = dot_a_in_registers(cg, op)))
+        return;
     Dist *c = as_dist(cg, op, op->operands[2]);
     int nb = (int)(N / 16);
     /* accumulators per (row block, n8 tile), in mma argument order */
@@ -291,11 +277,8 @@ static void emit_copy_async(Cg *cg, const Op *op) {
 }
 
 static void emit_wait(Cg *cg, const Op *op) {
-    Cv *c = cv_get(cg, op->operands[0]);
-    if (!c || c->kind != CV_TOKEN) {
-        cg_err(cg, op, "tile.wait needs a token of tile.copy_async", NULL);
+    if (!wait_token(cg, op))
         return;
-    }
     Attr *pending = op_attr(op, "nv.pending");
     if (!pending || pending->kind != AT_INT) {
         cg_err(cg, op, "internal error: tile.wait has no nv.pending (run sm80-layout)", NULL);

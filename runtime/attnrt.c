@@ -235,6 +235,8 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
         char buf[1024], *w[MAX_DIMS];
         snprintf(buf, sizeof buf, "%s", names);
         int n = split_list(buf, ',', w, MAX_DIMS);
+        if (cur->ndims + n > MAX_DIMS)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d dims", lineno, MAX_DIMS);
         for (int i = 0; i < n; i++)
             snprintf(cur->dims[cur->ndims++], MAX_NAME, "%s", w[i]);
     } else if (strcmp(e->what, "tensor") == 0) {
