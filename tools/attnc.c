@@ -229,7 +229,14 @@ static int run_main(int argc, char **argv, Diag *d) {
      * the target's pipeline. Two compiles keep them independent. */
     Program *ast;
     Op *reference = frontend_compile(&a, d, &src, &ast, &r.consts);
-    Op *lowered = reference ? frontend_compile(&a, d, &src, NULL, &r.consts) : NULL;
+    /* the second compile repeats the first one's diagnostics: said once */
+    FILE *sink = reference ? fopen("/dev/null", "w") : NULL;
+    Diag quiet = *d;
+    if (sink)
+        quiet.out = sink;
+    Op *lowered = reference ? frontend_compile(&a, sink ? &quiet : d, &src, NULL, &r.consts) : NULL;
+    if (sink)
+        fclose(sink);
     bool ok = lowered != NULL;
     if (ok) {
         r.run.consts = program_consts(&a, ast);
