@@ -1478,5 +1478,7 @@ Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p, const Map
     for (int i = 0; i < p->nitems; i++)
         if (p->items[i]->kind == I_SCHEDULE)
             lower_schedule(&s, p->items[i]);
+    if (!s.items.len && !d->errors)   /* an empty file, or constants only: nothing to compile */
+        diag_warning(d, src, (Loc){1, 1, 1, 1}, "the file defines no attention or mlp block");
     return s.module;
 }
