@@ -317,6 +317,19 @@ Dist *dot_a_in_registers(Cg *cg, const Op *op) {
     return p;
 }
 
+bool copy_operands(Cg *cg, const Op *op, const char *how, Mem **src, Mem **dst) {
+    *src = as_mem(cg, op, op->operands[0]);
+    *dst = as_mem(cg, op, op->operands[1]);
+    if (!*src || !*dst)
+        return false;
+    Attr *copy = op_attr(op, "nv.copy");
+    if (!copy || strcmp(copy->s, how) != 0)
+        return cg_err(cg, op, "%s",
+                      arena_printf(cg->a, "internal error: tile.copy_async has no nv.copy = \"%s\" (run %s)", how,
+                                   cg->info->lowering));
+    return true;
+}
+
 const Token *wait_token(Cg *cg, const Op *op) {
     Cv *c = cv_get(cg, op->operands[0]);
     if (!c || c->kind != CV_TOKEN) {

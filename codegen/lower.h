@@ -235,6 +235,9 @@ LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *in
 bool dot_fits(Cg *cg, const Op *op);
 /* tile.dot's operand A computed in registers (P): a full tile, or NULL (reported). */
 Dist *dot_a_in_registers(Cg *cg, const Op *op);
+/* tile.copy_async's source and destination, when its nv.copy is `how` (the
+ * copy this target makes); false (reported) otherwise. */
+bool copy_operands(Cg *cg, const Op *op, const char *how, Mem **src, Mem **dst);
 /* tile.wait's token, or NULL (reported). */
 const Token *wait_token(Cg *cg, const Op *op);
 /* One kernel for a launch, lowered for the target; see cg.h. */

@@ -219,14 +219,9 @@ static void emit_dot(Cg *cg, const Op *op) {
 
 
 static void emit_copy_async(Cg *cg, const Op *op) {
-    Mem *src = as_mem(cg, op, op->operands[0]), *dst = as_mem(cg, op, op->operands[1]);
-    if (!src || !dst)
+    Mem *src, *dst;
+    if (!copy_operands(cg, op, "registers", &src, &dst))
         return;
-    Attr *how = op_attr(op, "nv.copy");
-    if (!how || strcmp(how->s, "registers") != 0) {
-        cg_err(cg, op, "internal error: tile.copy_async has no nv.copy = \"registers\" (run sm70-layout)", NULL);
-        return;
-    }
     if (dst->rank != 3 || src->elem != SK_F16 || dst->elem != SK_F16) {
         cg_err(cg, op, "tile.copy_async is supported for f16 boxes into [stages, rows, cols] buffers", NULL);
         return;

@@ -211,14 +211,9 @@ static void emit_dot(Cg *cg, const Op *op) {
 /* ---- cp.async ---------------------------------------------------------------------- */
 
 static void emit_copy_async(Cg *cg, const Op *op) {
-    Mem *src = as_mem(cg, op, op->operands[0]), *dst = as_mem(cg, op, op->operands[1]);
-    if (!src || !dst)
+    Mem *src, *dst;
+    if (!copy_operands(cg, op, "cp.async", &src, &dst))
         return;
-    Attr *how = op_attr(op, "nv.copy");
-    if (!how || strcmp(how->s, "cp.async") != 0) {
-        cg_err(cg, op, "internal error: tile.copy_async has no nv.copy = \"cp.async\" (run sm80-layout)", NULL);
-        return;
-    }
     if (dst->rank != 3 || esize(src->elem) != 2 || dst->elem != src->elem) {
         cg_err(cg, op, "tile.copy_async is supported for 16-bit boxes into [stages, rows, cols] buffers", NULL);
         return;
