@@ -2,6 +2,7 @@
 """bench.py — attnc side by side with its peers, in one process, on one GPU.
 
     python3 bench/bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
+                           [--schedule "warps(8)" ...] [--only attention|mlp]
 
 The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
 2048 / head_dim, head dim 64 and 128, N in {512 ... 16384}, causal and not,
@@ -11,7 +12,10 @@ triton.testing.do_bench after its warm-up. Peers: torch SDPA's flash
 (fp16). Every attnc output is also compared with the flash backend's on the
 same inputs (max |diff|, which must stay under 2e-2 for inputs of N(0, 1)).
 Also the SwiGLU MLP block at Llama-3-8B shapes (T = 4096, 8192) against torch
-eager and torch.compile, and attnc's compile time per block.
+eager and torch.compile, and attnc's compile time per block. Each
+--schedule S adds a column "attnc S": the same blocks compiled with
+`schedule NAME for ARCH { S }`, timed in the same run, to measure a
+schedule choice against the default.
 
 Writes DIR/bench.json, DIR/bench.md (the tables for bench/RESULTS.md) and
 DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
@@ -83,8 +87,18 @@ def attention(args, tmp):
         for D in (64, 128):
             for causal in (False, True):
                 name = f"bench_{dtn}_d{D}{'_causal' if causal else ''}"
-                mod, ct = compile_block(tmp, args.arch, name, attention_block(name, D, causal, dtn))
+                src = attention_block(name, D, causal, dtn)
+                mod, ct = compile_block(tmp, args.arch, name, src)
                 log(what="compile", block=name, arch=args.arch, seconds=ct)
+                variants = []
+                for i, sched in enumerate(args.schedule):
+                    vname = f"{name}_s{i}"
+                    vsrc = src.replace(f"attention {name}(", f"attention {vname}(")
+                    vsrc += f"schedule {vname} for {args.arch} {{ {sched} }}\n"
+                    try:
+                        variants.append((sched, compile_block(tmp, args.arch, vname, vsrc)[0], vname))
+                    except attnc.AttncError as e:   # e.g. too much shared memory: reported, the rest goes on
+                        log(what="compile", block=vname, schedule=sched, error=str(e).splitlines()[0][:200])
                 for N in Ns:
                     B, H = 16384 // N, 2048 // D
                     fl = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
@@ -95,6 +109,8 @@ def attention(args, tmp):
                     row = dict(what="attention", arch=args.arch, dtype=dtn, D=D, N=N, B=B, H=H, causal=causal)
                     ms = bench_ms(lambda: mod.run(name, q, k, v, out=[o, lse]))
                     row["attnc"] = fl / ms / 1e9
+                    for sched, vmod, vname in variants:
+                        row[f"attnc {sched}"] = fl / bench_ms(lambda: vmod.run(vname, q, k, v, out=[o, lse])) / 1e9
                     for be, sb in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                         try:
                             with sdpa_kernel([sb]):
@@ -116,6 +132,8 @@ def attention(args, tmp):
                     for peer in ("flash", "cudnn", "flex"):
                         if peer in row:
                             row[f"vs_{peer}"] = row["attnc"] / row[peer]
+                            for sched in args.schedule:
+                                row[f"vs_{peer} {sched}"] = row[f"attnc {sched}"] / row[peer]
                     log(**row)
                     del q, k, v, o, lse
 
@@ -161,12 +179,16 @@ def report(args):
         lines.append(f"| {r['dtype']} | {r['D']} | {r['N']} | {r['causal']} | {f(r, 'attnc')} | {f(r, 'flash')} | "
                      f"{f(r, 'cudnn')} | {f(r, 'flex')} | {g(r, 'vs_flash')} | {g(r, 'vs_cudnn')} | "
                      f"{r.get('maxdiff_vs_flash', float('nan')):.1e} |")
+    for sched in args.schedule:
+        lines.append(f"\nwith schedule `{sched}`: attnc TFLOP/s per row: " +
+                     ", ".join(f(r, f"attnc {sched}") for r in att))
     for peer in ("flash", "cudnn"):
-        v = [r[f"vs_{peer}"] for r in att if f"vs_{peer}" in r]
-        if v:
-            gm = math.exp(sum(math.log(x) for x in v) / len(v))
-            lines.append(f"\nattnc / {peer}: geometric mean {gm:.3f}, min {min(v):.3f}, max {max(v):.3f} "
-                         f"over {len(v)} rows")
+        for suffix in [""] + [f" {s}" for s in args.schedule]:
+            v = [r[f"vs_{peer}{suffix}"] for r in att if f"vs_{peer}{suffix}" in r]
+            if v:
+                gm = math.exp(sum(math.log(x) for x in v) / len(v))
+                lines.append(f"\nattnc{suffix} / {peer}: geometric mean {gm:.3f}, min {min(v):.3f}, "
+                             f"max {max(v):.3f} over {len(v)} rows")
     m = [r for r in rows if r["what"] == "mlp"]
     if m:
         lines += ["", "| MLP | T | attnc | torch eager | torch.compile | vs eager | vs compile | max diff |",
@@ -211,13 +233,18 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--arch", default="sm_80")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--schedule", action="append", default=[],
+                    help="also time the attention blocks under this schedule (e.g. 'warps(8);')")
+    ap.add_argument("--only", choices=("attention", "mlp"))
     args = ap.parse_args()
     os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="attnc-bench-")
-    attention(args, tmp)
-    mlp(args, tmp)
+    if args.only != "mlp":
+        attention(args, tmp)
+    if args.only != "attention":
+        mlp(args, tmp)
     json.dump(rows, open(os.path.join(args.out, "bench.json"), "w"), indent=1)
     report(args)
 

@@ -6,6 +6,7 @@
 # and racecheck, then the benchmark. Logs under $OUT (or ./out).
 #
 #   bench/gpu.sh [--quick] [--no-bench] [--no-sm70]
+#   BENCH_ARGS='--schedule "warps(4);"' bench/gpu.sh   (more bench.py options)
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 KIT=gpu-kit
@@ -39,16 +40,14 @@ for arch in sm_70 sm_80; do
     status=1
 done
 
-step "SASS of the sm_80 attention kernels (ptxas for this GPU): HMMA.16816, no local memory"
+step "SASS of the sm_80 attention kernels (ptxas for this GPU): HMMA.16816, no local memory inside loops"
 for ex in mha gqa_causal softcap_alibi sliding_window document_mask cross_attention; do
   $KIT/attnc examples/$ex.attn -arch sm_80 -o /tmp/$ex-80.ptx || { status=1; continue; }
   /usr/local/cuda/bin/ptxas -arch=sm_90 /tmp/$ex-80.ptx -o /tmp/$ex-80.cubin || { status=1; continue; }
-  sass=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-80.cubin)
-  hmma=$(grep -c "HMMA.16816" <<<"$sass"); local_mem=$(grep -cE "\b(LDL|STL)\b" <<<"$sass")
-  ldsm=$(grep -c "LDSM" <<<"$sass"); ldgsts=$(grep -c "LDGSTS" <<<"$sass")
-  ok=ok; { [ "$hmma" -gt 0 ] && [ "$local_mem" -eq 0 ]; } || { ok=FAIL; status=1; }
-  echo "$ok $ex: HMMA.16816 $hmma, LDSM $ldsm, LDGSTS $ldgsts, LDL/STL $local_mem"
-  note "SASS $ex: $ok (HMMA.16816 $hmma, LDSM $ldsm, LDGSTS $ldgsts, local $local_mem)"
+  line=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-80.cubin |
+         python3 bench/sass_check.py --need HMMA.16816 --need LDSM --need LDGSTS) || status=1
+  echo "$line"
+  note "SASS $line"
 done
 
 SAN=/usr/local/cuda/bin/compute-sanitizer
@@ -69,7 +68,8 @@ for f in $san/*.log; do echo "=== $f"; cat "$f"; done > "$OUT/sanitizers.log"
 
 if [ $bench = 1 ]; then
   step "benchmark (sm_80 PTX against SDPA flash / cuDNN / flex; SwiGLU against torch)"
-  python3 bench/bench.py --kit $KIT --out "$OUT" --arch sm_80 $quick > "$OUT/bench.log" 2>&1 || status=1
+  eval "python3 bench/bench.py --kit $KIT --out \"$OUT\" --arch sm_80 $quick ${BENCH_ARGS:-}" > "$OUT/bench.log" 2>&1 ||
+    status=1
   tail -60 "$OUT/bench.log"
 fi
 echo

@@ -49,6 +49,28 @@ LLVMValueRef cg_call(Cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *ar
     return LLVMBuildCall2(cg->b, ft, f, args, (unsigned)n, "");
 }
 
+/* Inline PTX (volatile): what LLVM 19 has no intrinsic for, and opaque(). */
+LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeRef ret, LLVMValueRef *args, int n) {
+    LLVMTypeRef pt[16];
+    for (int i = 0; i < n; i++)
+        pt[i] = LLVMTypeOf(args[i]);
+    LLVMTypeRef ft = LLVMFunctionType(ret, pt, (unsigned)n, false);
+    LLVMValueRef f = LLVMGetInlineAsm(ft, text, strlen(text), constraints, strlen(constraints), true, false,
+                                      LLVMInlineAsmDialectATT, false);
+    return LLVMBuildCall2(cg->b, ft, f, args, (unsigned)n, "");
+}
+
+/* p, as a value LLVM cannot see through: addresses made from it here stay
+ * here (base + immediate) instead of being hoisted out of the loop one
+ * register each. */
+LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p) {
+    bool shared = LLVMGetPointerAddressSpace(LLVMTypeOf(p)) == 3 && cg->short_shared;
+    LLVMTypeRef it = shared ? cg->i32 : cg->i64;
+    LLVMValueRef i = LLVMBuildPtrToInt(cg->b, p, it, "");
+    LLVMValueRef o = cg_asm(cg, shared ? "mov.b32 $0, $1;" : "mov.b64 $0, $1;", shared ? "=r,r" : "=l,l", it, &i, 1);
+    return LLVMBuildIntToPtr(cg->b, o, LLVMTypeOf(p), "");
+}
+
 LLVMValueRef sreg(Cg *cg, const char *name) {
     return cg_call(cg, arena_printf(cg->a, "llvm.nvvm.read.ptx.sreg.%s", name), cg->i32, NULL, 0);
 }

@@ -136,6 +136,36 @@ static void emit_load(Cg *cg, const Op *op) {
     cv_put(cg, op->results[0], cv_dist(cg, d));
 }
 
+/* Two 16-bit elements of a thread (positions p, q): one 32-bit store when
+ * both are inside, adjacent in memory (q right after p) and 4-byte aligned,
+ * which the accumulator layouts make the rule (columns 2t, 2t + 1); else
+ * each on its own. Checked at run time, so any memref is right. */
+static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int64_t rows, int64_t cols,
+                       LLVMValueRef own) {
+    LLVMValueRef in0, in1;
+    LLVMValueRef off0 = tile_offset(cg, op, m, 2, p, rows, cols, &in0);
+    LLVMValueRef off1 = tile_offset(cg, op, m, 2, q, rows, cols, &in1);
+    LLVMValueRef v0 = cg_cast(cg, dist_get(cg, d, p), d->elem, m->elem);
+    LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, q), d->elem, m->elem);
+    LLVMValueRef a0 = gep(cg, m->elem, m->ptr, off0), a1 = gep(cg, m->elem, m->ptr, off1);
+    LLVMValueRef aligned = LLVMBuildICmp(cg->b, LLVMIntEQ,
+                                         LLVMBuildAnd(cg->b, LLVMBuildPtrToInt(cg->b, a0, cg->i64, ""), ci64(cg, 3), ""),
+                                         ci64(cg, 0), "");
+    LLVMValueRef next = LLVMBuildICmp(cg->b, LLVMIntEQ, off1, add(cg, off0, ci64(cg, 1)), "");
+    LLVMValueRef both = LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, in0, in1, ""), own, "");
+    LLVMValueRef fast = LLVMBuildAnd(cg->b, both, LLVMBuildAnd(cg->b, aligned, next, ""), "");
+    LLVMBasicBlockRef join = if_begin(cg, fast);
+    store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v0, v1), cg->i32, ""), a0);
+    if_end(cg, join);
+    LLVMValueRef slow = LLVMBuildAnd(cg->b, LLVMBuildNot(cg->b, fast, ""), own, "");
+    join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in0, ""));
+    store_elem(cg, m->elem, v0, a0);
+    if_end(cg, join);
+    join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in1, ""));
+    store_elem(cg, m->elem, v1, a1);
+    if_end(cg, join);
+}
+
 static void emit_store(Cg *cg, const Op *op) {
     Mem *m = as_mem(cg, op, op->operands[0]);
     if (!m)
@@ -149,6 +179,12 @@ static void emit_store(Cg *cg, const Op *op) {
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
+        if (cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 &&
+            ps[k + 1].a == ps[k].a && ps[k + 1].b == ps[k].b) {
+            store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
+            k++;
+            continue;
+        }
         LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
         LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
@@ -567,6 +603,7 @@ static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
 bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info) {
     Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target_lookup(target->name)};
+    cgs.short_shared = cgs.info->short_shared;
     Cg *cg = &cgs;
     map_init(&cg->vals, false);
     cg->i1 = LLVMInt1TypeInContext(ctx);

@@ -118,6 +118,10 @@ typedef struct CgTarget {
     /* completes every async copy in flight: before shared memory is reused
      * and before the kernel returns (NULL: copies are synchronous) */
     void (*drain)(Cg *cg);
+    /* the accumulator's element pairs (i, i + 1) are adjacent columns:
+     * 16-bit outputs are stored two at a time (sm_80; on sm_70 the checks
+     * cost registers and the pairs are not adjacent) */
+    bool pair_stores;
 } CgTarget;
 
 extern const CgTarget sm70_target, sm80_target;
@@ -145,6 +149,7 @@ struct Cg {
     int64_t R;
     LLVMValueRef tid, lane, warp;
     bool async;          /* async copies were issued (drain them) */
+    bool short_shared;   /* shared pointers are 32-bit (target.h short_shared) */
     /* dynamic shared memory: live ranges, reused once their owner is dead */
     int64_t smem_bytes;               /* the peak */
     int nlive;
@@ -160,6 +165,8 @@ bool cg_err(Cg *cg, const Op *op, const char *fmt, const char *detail);
 LLVMTypeRef lty(Cg *cg, ScalarKind k);
 int esize(ScalarKind k);
 LLVMValueRef cg_call(Cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n);
+LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeRef ret, LLVMValueRef *args, int n);
+LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p);
 LLVMValueRef sreg(Cg *cg, const char *name);
 void cg_barrier(Cg *cg);
 static inline LLVMValueRef ci64(Cg *cg, int64_t v) { return LLVMConstInt(cg->i64, (unsigned long long)v, true); }

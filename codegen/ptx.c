@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
@@ -16,6 +17,14 @@ bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
+    /* LLVM's options are process-wide and parsed once: a process compiles
+     * for one target (the tools and the Python binding run one per -arch) */
+    static bool options_set;
+    if (!options_set && t->short_shared) {
+        const char *argv[] = {"attnc", "-nvptx-short-ptr"};
+        LLVMParseCommandLineOptions(2, argv, NULL);
+        options_set = true;
+    }
     const char *triple = "nvptx64-nvidia-cuda";
     char *msg = NULL;
     LLVMTargetRef target;

@@ -19,13 +19,21 @@ LLVMValueRef round_f32(Cg *cg, LLVMValueRef r, ScalarKind k) {
 }
 
 static LLVMValueRef ex2(Cg *cg, LLVMValueRef x) {   /* x: f32 */
-    return cg_call(cg, "llvm.nvvm.ex2.approx.f", cg->f32, &x, 1);
+    /* .ftz, as FlashAttention's exp2f under fast math: results below 2^-126
+     * (a softmax weight of 1e-38) are 0. Without it each ex2 is four SASS
+     * instructions (a denormal range test and two rescales around MUFU.EX2),
+     * about a sixth of the attention loop's non-MMA work. */
+    return cg_call(cg, "llvm.nvvm.ex2.approx.ftz.f", cg->f32, &x, 1);
 }
 
 LLVMValueRef fmaxmin(Cg *cg, bool max, LLVMValueRef x, LLVMValueRef y) {
-    /* the interpreter's rule: x wins ties and NaN in x */
-    LLVMValueRef c = LLVMBuildFCmp(cg->b, max ? LLVMRealUGT : LLVMRealULT, x, y, "");
-    return LLVMBuildSelect(cg->b, c, x, y, "");
+    /* NaN propagates (the interpreter's and PyTorch's rule): IEEE 754-2019
+     * maximum/minimum, one max.NaN.f32 on sm_80 */
+    LLVMValueRef args[2] = {x, y};
+    LLVMTypeRef t = LLVMTypeOf(x);
+    const char *name = arena_printf(cg->a, "llvm.%s.%s", max ? "maximum" : "minimum",
+                                    t == cg->f32 ? "f32" : t == cg->f16 ? "f16" : "bf16");
+    return cg_call(cg, name, t, args, 2);
 }
 
 /* erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), for gelu. */
@@ -149,7 +157,15 @@ LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef *x, con
         LLVMValueRef p = to_f32(cg, x[0]), q = to_f32(cg, x[1]), r;
         switch (op->kind) {
         case OP_ADD: r = LLVMBuildFAdd(b, p, q, ""); break;
-        case OP_SUB: r = LLVMBuildFSub(b, p, q, ""); break;
+        case OP_SUB:
+            r = LLVMBuildFSub(b, p, q, "");
+            /* x·c − m, the exponent of a softmax (online-softmax makes the
+             * product for this subtraction only): one fma */
+            if (LLVMIsAInstruction(p) && LLVMGetInstructionOpcode(p) == LLVMFMul) {
+                LLVMSetFastMathFlags(p, LLVMFastMathAllowContract);
+                LLVMSetFastMathFlags(r, LLVMFastMathAllowContract);
+            }
+            break;
         case OP_MUL: r = LLVMBuildFMul(b, p, q, ""); break;
         case OP_DIV: r = LLVMBuildFDiv(b, p, q, ""); break;
         default: r = fmaxmin(cg, op->kind == OP_MAX, p, q); break;

@@ -56,38 +56,57 @@ static void ldmatrix4(Cg *cg, LLVMValueRef addr, bool trans, LLVMValueRef *out) 
         out[j] = LLVMBuildExtractValue(cg->b, r, (unsigned)j, "");
 }
 
-/* The address of element (row, col) of a view's memory (not its tile). */
-static LLVMValueRef view_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef mrow, LLVMValueRef mcol) {
-    return gep(cg, k, w->base, add(cg, mul(cg, mrow, ci64(cg, w->stride)), mcol));
+/* Fragment addresses: each lane's base address for one operand of one dot
+ * (a_lane, b_lane), then a constant offset per fragment, which becomes the
+ * ldmatrix's immediate. The base is made opaque (opaque_ptr) at the dot:
+ * otherwise LLVM hoists every fragment address of a loop-invariant buffer
+ * (Q in shared memory) out of the key loop, a 64-bit register each, and
+ * d128 spilled. */
+static LLVMValueRef lane_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef row, LLVMValueRef col) {
+    return gep(cg, k, opaque_ptr(cg, w->base), add(cg, mul(cg, row, ci64(cg, w->stride)), col));
+}
+
+static LLVMValueRef frag_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int64_t row, int64_t col) {
+    return gep(cg, k, lane, ci64(cg, row * w->stride + col));
+}
+
+/* A operand: matrix j of ldmatrix.x4 covers tile rows 8·(j&1), columns
+ * 8·(j>>1); lane l gives the address of its row l % 8. Memory [M][K]: row
+ * m0 + (l & 15), column 8·((l >> 4) & 1); memory [K][M] (.trans): row (k)
+ * (l & 7) + 8·((l >> 4) & 1), column m0 + (l & 8). m0 is the warp's first row. */
+static LLVMValueRef a_lane(Cg *cg, const View *w, ScalarKind k) {
+    LLVMValueRef m0 = warp_row_base(cg, 0), hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
+    if (!w->trans)
+        return lane_addr(cg, w, k, add(cg, m0, lane_bit(cg, 15)), hi8);
+    return lane_addr(cg, w, k, add(cg, lane_bit(cg, 7), hi8), add(cg, m0, lane_bit(cg, 8)));
 }
 
 /* A fragments of row block a (16 rows), k-step ks (16 columns): a0..a3 =
- * rows g / g+8, columns 2t / 2t+8. Matrix j of ldmatrix.x4 covers tile rows
- * 8·(j&1), columns 8·(j>>1); lane l gives the address of its row l % 8. */
-static void frag_a(Cg *cg, const View *w, ScalarKind k, int a, int ks, LLVMValueRef *out) {
-    LLVMValueRef m0 = warp_row_base(cg, a);
-    if (!w->trans) {   /* memory [M][K]: row m0 + (l & 15), column 16ks + 8·((l >> 4) & 1) */
-        LLVMValueRef r = add(cg, m0, lane_bit(cg, 15));
-        LLVMValueRef c = add(cg, ci64(cg, 16 * ks), LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), ""));
-        ldmatrix4(cg, view_addr(cg, w, k, r, c), false, out);
-    } else {           /* memory [K][M]: row (k) 16ks + (l & 7) + 8·((l >> 4) & 1), column m0 + (l & 8) */
-        LLVMValueRef r = add(cg, add(cg, ci64(cg, 16 * ks), lane_bit(cg, 7)),
-                             LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), ""));
-        ldmatrix4(cg, view_addr(cg, w, k, r, add(cg, m0, lane_bit(cg, 8))), true, out);
-    }
+ * rows g / g+8, columns 2t / 2t+8. */
+static void frag_a(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int a, int ks, LLVMValueRef *out) {
+    if (!w->trans)
+        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * a, 16 * ks), false, out);
+    else
+        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * ks, 16 * a), true, out);
+}
+
+/* B operand: memory [K][N] (V), transposed: row (l & 15), column 8·((l >> 4)
+ * & 1); memory [N][K] (K of Q·Kᵀ): row (l & 7) + 8·((l >> 4) & 1), column
+ * (l & 8). */
+static LLVMValueRef b_lane(Cg *cg, const View *w, ScalarKind k) {
+    LLVMValueRef hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
+    if (!w->trans)
+        return lane_addr(cg, w, k, lane_bit(cg, 15), hi8);
+    return lane_addr(cg, w, k, add(cg, lane_bit(cg, 7), hi8), lane_bit(cg, 8));
 }
 
 /* B fragments of column block b (two n8 tiles), k-step ks: out[0..1] the
  * first n8 tile's (k rows 2t and 2t+8), out[2..3] the second's. */
-static void frag_b(Cg *cg, const View *w, ScalarKind k, int b, int ks, LLVMValueRef *out) {
-    LLVMValueRef hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");   /* 8·((l >> 4) & 1) */
-    if (!w->trans) {   /* memory [K][N] (V): row 16ks + (l & 15), column 16b + hi8; transposed */
-        LLVMValueRef r = add(cg, ci64(cg, 16 * ks), lane_bit(cg, 15));
-        ldmatrix4(cg, view_addr(cg, w, k, r, add(cg, ci64(cg, 16 * b), hi8)), true, out);
-    } else {           /* memory [N][K] (K of Q·Kᵀ): row 16b + (l & 7) + hi8, column 16ks + (l & 8) */
-        LLVMValueRef r = add(cg, add(cg, ci64(cg, 16 * b), lane_bit(cg, 7)), hi8);
-        ldmatrix4(cg, view_addr(cg, w, k, r, add(cg, ci64(cg, 16 * ks), lane_bit(cg, 8))), false, out);
-    }
+static void frag_b(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int b, int ks, LLVMValueRef *out) {
+    if (!w->trans)
+        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * ks, 16 * b), true, out);
+    else
+        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * b, 16 * ks), false, out);
 }
 
 /* Q: every A fragment of the tile, into registers once (before the key
@@ -95,14 +114,37 @@ static void frag_b(Cg *cg, const View *w, ScalarKind k, int b, int ks, LLVMValue
 static void preload_a(Cg *cg, View *w, ScalarKind k) {
     int nks = (int)(w->cols / 16);
     w->frags = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nks * 4));
+    LLVMValueRef lane = a_lane(cg, w, k);
     for (int a = 0; a < cg->mrep; a++)
         for (int ks = 0; ks < nks; ks++)
-            frag_a(cg, w, k, a, ks, &w->frags[(a * nks + ks) * 4]);
+            frag_a(cg, w, k, lane, a, ks, &w->frags[(a * nks + ks) * 4]);
 }
 
 /* Two 16-bit values as one b32 register. */
 static LLVMValueRef pack_b32(Cg *cg, LLVMValueRef x, LLVMValueRef y) {
     return LLVMBuildBitCast(cg->b, pack2(cg, x, y), cg->i32, "");
+}
+
+/* Two f32 values rounded to one b32 of f16 or bf16 (lo, hi): one
+ * cvt.rn.{f16,bf16}x2.f32, whose first source is the upper half. */
+static LLVMValueRef round_pack_b32(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k) {
+    LLVMValueRef args[2] = {hi, lo};
+    if (k == SK_F16)
+        return LLVMBuildBitCast(cg->b, cg_call(cg, "llvm.nvvm.ff2f16x2.rn", cg->v2f16, args, 2), cg->i32, "");
+    LLVMTypeRef v2bf16 = LLVMVectorType(cg->bf16, 2);
+    return LLVMBuildBitCast(cg->b, cg_call(cg, "llvm.nvvm.ff2bf16x2.rn", v2bf16, args, 2), cg->i32, "");
+}
+
+/* P's A fragment: two 16-bit values, which are usually f32 scores just
+ * rounded (arith.cast): then one paired rounding instead of two and a move. */
+static LLVMValueRef pack_operand(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k) {
+    if (LLVMIsAInstruction(lo) && LLVMIsAInstruction(hi) && LLVMGetInstructionOpcode(lo) == LLVMFPTrunc &&
+        LLVMGetInstructionOpcode(hi) == LLVMFPTrunc) {
+        LLVMValueRef x = LLVMGetOperand(lo, 0), y = LLVMGetOperand(hi, 0);
+        if (LLVMTypeOf(x) == cg->f32 && LLVMTypeOf(y) == cg->f32)
+            return round_pack_b32(cg, x, y, k);
+    }
+    return pack_b32(cg, lo, hi);
 }
 
 static LLVMValueRef as_operand(Cg *cg, LLVMValueRef b32, ScalarKind k) {   /* f16: <2 x half>; bf16: i32 */
@@ -155,6 +197,7 @@ static void emit_dot(Cg *cg, const Op *op) {
                 else
                     *slot = cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + j}), c->elem, SK_F32);
             }
+    LLVMValueRef alane = !a_regs && !a_pre ? a_lane(cg, ca->view, ek) : NULL, blane = b_lane(cg, cb->view, ek);
     LLVMTypeRef et = f16acc ? cg->v2f16 : cg->f32;
     LLVMTypeRef fields[4] = {et, et, et, et};
     LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false);
@@ -165,18 +208,19 @@ static void emit_dot(Cg *cg, const Op *op) {
         LLVMValueRef afr[8][4], bfr[32][4];
         for (int a = 0; a < cg->mrep; a++) {
             if (p) {   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) are a0..a3 */
-                for (int j = 0; j < 4; j++)
-                    afr[a][j] = pack_b32(cg, cg_cast(cg, dist_get(cg, p, (Pos){a, ks, 2 * j}), p->elem, ek),
-                                         cg_cast(cg, dist_get(cg, p, (Pos){a, ks, 2 * j + 1}), p->elem, ek));
+                for (int j = 0; j < 4; j++) {
+                    LLVMValueRef x = dist_get(cg, p, (Pos){a, ks, 2 * j}), y = dist_get(cg, p, (Pos){a, ks, 2 * j + 1});
+                    afr[a][j] = pack_operand(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
+                }
             } else if (a_pre) {
                 for (int j = 0; j < 4; j++)
                     afr[a][j] = ca->view->frags[(a * (K / 16) + ks) * 4 + j];
             } else {
-                frag_a(cg, ca->view, ek, a, ks, afr[a]);
+                frag_a(cg, ca->view, ek, alane, a, ks, afr[a]);
             }
         }
         for (int b = 0; b < nb; b++)
-            frag_b(cg, cb->view, ek, b, ks, bfr[b]);
+            frag_b(cg, cb->view, ek, blane, b, ks, bfr[b]);
         for (int a = 0; a < cg->mrep; a++)
             for (int n8 = 0; n8 < 2 * nb; n8++) {
                 LLVMValueRef args[10];
@@ -210,6 +254,48 @@ static void emit_dot(Cg *cg, const Op *op) {
 
 /* ---- cp.async ---------------------------------------------------------------------- */
 
+/* The common case of a box copy: every thread issues n vectors (no thread
+ * idle) at one column, rows threads/per_row apart, and the source's row
+ * stride is a constant. Then vector j's addresses are vector 0's plus
+ * constants, written into the instruction as immediate offsets (inline PTX):
+ * two registers for all of a thread's copies instead of two per copy, which
+ * is what made head dim 128 spill. Rows outside the tensor copy 0 bytes and
+ * zero-fill (CUTLASS's zfill): nothing is read there, so the address is left
+ * as computed. False when the case does not apply. */
+static bool copy_with_offsets(Cg *cg, const Op *op, const Mem *src, const Mem *dst, const Token *t, LLVMValueRef base,
+                              int n, int bytes) {
+    Attr *dims = op_attr(op, "dims");
+    int64_t per_row = t->cols / t->vec, total = t->rows * per_row;
+    int row_dim = (int)dims->elems[0]->i;
+    if (total % cg->threads || cg->threads % per_row || row_dim < 0 || !LLVMIsAConstantInt(src->strides[row_dim]))
+        return false;
+    int64_t rows_apart = cg->threads / per_row;
+    int64_t src_step = rows_apart * LLVMConstIntGetSExtValue(src->strides[row_dim]) * esize(src->elem);
+    int64_t dst_step = rows_apart * dst->cstrides[1] * esize(src->elem);
+    LLVMValueRef row, col, co[8], inside;
+    box_vector(cg, t, 0, &row, &col);
+    mem_coords(cg, op, src, 3, row, col, co);
+    LLVMValueRef off = mem_offset(cg, src, co, &inside);
+    LLVMValueRef d0 = LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
+                                        cg->i32, "");
+    LLVMValueRef s0 = LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, src->ptr, off), cg->i64, "");
+    /* only the row moves: vector j is inside while j·rows_apart rows remain
+     * (one register for all, not a row index per vector) */
+    LLVMValueRef room = LLVMBuildSub(cg->b, src->dims[row_dim], co[row_dim], "");
+    LLVMValueRef inside0 = inside;
+    for (int j = 0; j < n; j++) {
+        if (j > 0)
+            inside = LLVMBuildAnd(cg->b, inside0,
+                                  LLVMBuildICmp(cg->b, LLVMIntSGT, room, ci64(cg, j * rows_apart), ""), "");
+        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0+%lld], [$1+%lld], %d, $2;",
+                                        bytes == 16 ? "cg" : "ca", (long long)(j * dst_step),
+                                        (long long)(j * src_step), bytes);
+        LLVMValueRef args[3] = {d0, s0, LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), "")};
+        cg_asm(cg, text, "r,l,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 3);
+    }
+    return true;
+}
+
 static void emit_copy_async(Cg *cg, const Op *op) {
     Mem *src, *dst;
     if (!copy_operands(cg, op, "cp.async", &src, &dst))
@@ -240,8 +326,10 @@ static void emit_copy_async(Cg *cg, const Op *op) {
         int64_t total = t->rows * t->cols / t->vec;
         int n = (int)((total + cg->threads - 1) / cg->threads);
         int bytes = t->vec * esize(src->elem);
-        const char *fn = arena_printf(cg->a, "llvm.nvvm.cp.async.%s.shared.global.%d.s", bytes == 16 ? "cg" : "ca",
-                                      bytes);
+        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0], [$1], %d, $2;",
+                                        bytes == 16 ? "cg" : "ca", bytes);
+        if (copy_with_offsets(cg, op, src, dst, t, base, n, bytes))
+            goto committed;
         for (int j = 0; j < n; j++) {
             LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
             LLVMValueRef co[8], inside;
@@ -250,17 +338,22 @@ static void emit_copy_async(Cg *cg, const Op *op) {
             LLVMBasicBlockRef join = NULL;
             if (total % cg->threads)
                 join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
-            LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
+            /* outside the tensor the source size is 0: cp.async reads
+             * nothing and zero-fills (CUTLASS's zfill), so the address is
+             * left as computed: one base and immediate offsets for all of a
+             * thread's copies, not a select per copy */
             LLVMValueRef args[3] = {
-                gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
-                gep(cg, src->elem, src->ptr, safe),
+                LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
+                                  cg->i32, ""),
+                gep(cg, src->elem, src->ptr, off),
                 LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), ""),   /* 0: zero-fill */
             };
-            cg_call(cg, fn, LLVMVoidTypeInContext(cg->ctx), args, 3);
+            cg_asm(cg, text, "r,l,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 3);
             if (join)
                 if_end(cg, join);
         }
     }
+committed:
     /* one group per copy, empty for a copy made through registers: the
      * counts of nv.pending hold */
     cg_call(cg, "llvm.nvvm.cp.async.commit.group", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
@@ -298,4 +391,5 @@ const CgTarget sm80_target = {
     .copy_async = emit_copy_async,
     .wait = emit_wait,
     .drain = drain,
+    .pair_stores = true,
 };

@@ -3,6 +3,7 @@
 
 Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, const Map *consts) {
     int errors_before = d->errors;
+    d->source = *src;   /* later errors at an op's position show this text */
     Program *p = parse_program(a, d, src);
     if (ast)
         *ast = p;

@@ -73,6 +73,12 @@ bool concrete_shape(Interp *in, const Type *t, int64_t *dims) {
     return true;
 }
 
+/* max and min propagate NaN, as PyTorch's do (torch.maximum, amax, softmax
+ * of a row holding a NaN): a hook that yields NaN makes its row NaN. The NaN
+ * kept is an operand's, so poison (interp_poison) stays poison. */
+static double nan_max(double a, double b) { return isnan(a) ? a : isnan(b) ? b : a >= b ? a : b; }
+static double nan_min(double a, double b) { return isnan(a) ? a : isnan(b) ? b : a <= b ? a : b; }
+
 static int type_rank(const Type *t) { return t->kind == TY_SCALAR ? 0 : t->rank; }
 
 static Tensor *get(Interp *in, const Value *v) {
@@ -143,8 +149,8 @@ static bool apply(Interp *in, const Op *op, Pred pred, ScalarKind k, const doubl
         if (op->kind == OP_REM)
             *r = x[0] - *r * x[1];
         return true;
-    case OP_MIN: *r = x[0] < x[1] || isnan(x[0]) ? x[0] : x[1]; return true;
-    case OP_MAX: *r = x[0] > x[1] || isnan(x[0]) ? x[0] : x[1]; return true;
+    case OP_MIN: *r = nan_min(x[0], x[1]); return true;
+    case OP_MAX: *r = nan_max(x[0], x[1]); return true;
     case OP_NEG: *r = -x[0]; return true;
     case OP_CMP:
         switch (pred) {
@@ -495,7 +501,7 @@ static bool eval_rows(Interp *in, const Op *op) {
         const double *v = x->data + row * n;
         double m = -INFINITY, sum = 0;
         for (int64_t j = 0; j < n; j++)
-            m = v[j] > m ? v[j] : m;
+            m = nan_max(m, v[j]);
         if (strcmp(kind, "max") == 0) {
             r->data[row] = store(in, r->dtype, m);
             continue;
@@ -601,7 +607,7 @@ static bool eval_attention(Interp *in, const Op *op) {
                             x = -INFINITY;
                     }
                     s[j] = x;
-                    m = x > m ? x : m;
+                    m = nan_max(m, x);
                 }
                 double total = 0;
                 for (int64_t j = 0; j < NK && m != -INFINITY; j++)
@@ -612,7 +618,7 @@ static bool eval_attention(Interp *in, const Op *op) {
                     double lm = -INFINITY, lt = 0;   /* logsumexp of the f32 scores */
                     for (int64_t j = 0; j < NK; j++) {
                         s[j] = store(in, SK_F32, s[j]);
-                        lm = s[j] > lm ? s[j] : lm;
+                        lm = nan_max(lm, s[j]);
                     }
                     for (int64_t j = 0; j < NK && lm != -INFINITY; j++)
                         lt += exp(s[j] - lm);
@@ -833,7 +839,7 @@ static bool eval_tile_misc(Interp *in, const Op *op) {
             double acc = max ? -INFINITY : 0;
             for (int64_t j = 0; j < n; j++) {
                 double v = x->data[i * n + j];
-                acc = max ? (v > acc ? v : acc) : store(in, r->dtype, acc + v);
+                acc = max ? nan_max(acc, v) : store(in, r->dtype, acc + v);
             }
             r->data[i] = acc;
         }

@@ -30,13 +30,17 @@ static void op_error(Verifier *v, const Op *op, const char *fmt, ...) {
 }
 
 void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) {
+    if (!text && !op->text_loc.line && op->loc.file && d->source.name && strcmp(d->source.name, op->loc.file) == 0)
+        text = &d->source;   /* the .attn file being compiled */
     if (text && op->text_loc.line) {
         diag_error(d, text, op->text_loc, "%s", msg);
     } else if (op->loc.file) {
         Source s = {.name = op->loc.file};
         if (text && text->name && strcmp(text->name, op->loc.file) == 0)
             s = *text;
-        Loc l = {op->loc.line, op->loc.col, op->loc.line, op->loc.col};
+        /* op->loc counts lines of the whole file; s may be one chunk of it */
+        int line = op->loc.line - s.line_offset;
+        Loc l = {line, op->loc.col, line, op->loc.col};
         diag_error(d, &s, l, "%s", msg);
     } else {
         diag_plain(d, "%s", msg);

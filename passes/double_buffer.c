@@ -54,6 +54,34 @@ static bool qualifies(const Op *load, const Op *loop, const Value *iv) {
     return uses_iv;
 }
 
+/* Does any op of [first, end) use a result of `def`? */
+static bool uses_result_of(const Op *first, const Op *end, const Op *def) {
+    for (const Op *o = first; o != end; o = o->next)
+        for (int i = 0; i < o->noperands; i++)
+            if (o->operands[i]->def == def)
+                return true;
+    return false;
+}
+
+/* The prologue [first, end) moves up past the loads and pure ops before it
+ * that it does not depend on: the first K/V copies are then in flight while
+ * the kernel loads Q (a synchronous load the copies would otherwise wait
+ * behind). They write only their new buffers, so no load they pass can see
+ * the difference. */
+static void hoist_prologue(Op *first, Op *end) {
+    Op *pos = first;
+    while (pos->prev && (pos->prev->kind == OP_LOAD || (op_info[pos->prev->kind].flags & OPF_PURE)) &&
+           !uses_result_of(first, end, pos->prev))
+        pos = pos->prev;
+    if (pos == first)
+        return;
+    for (Op *o = first, *next; o != end; o = next) {
+        next = o->next;
+        op_unlink(o);
+        op_insert_before(pos, o);
+    }
+}
+
 /* A copy of `load`'s box, with the loop index replaced by `at`, into stage. */
 static Value *copy(Builder *b, const Op *load, Value *buf, Value *stage, const Value *iv, Value *at) {
     int n = load->noperands - 1;
@@ -76,7 +104,55 @@ static Value *copy(Builder *b, const Op *load, Value *buf, Value *stage, const V
     return t;
 }
 
-static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake) {
+/* A pipelined loop, for the next segment of its chain (tiling splits a key
+ * loop into segments: masked edge, interior, masked edge, each starting
+ * where the one before ends). */
+typedef struct Chain {
+    Op *loop;              /* the pipelined loop */
+    Value *lb, *iv_base;   /* its bounds' start; the start its stages count from */
+    Value *ub, *step;
+    PtrVec loads;          /* the original loads (unlinked) */
+    Value **bufs;
+    int ncarried;
+} Chain;
+
+static bool same_dims(const Attr *x, const Attr *y) {
+    if (!x || !y || x->kind != AT_ARRAY || y->kind != AT_ARRAY || x->n != y->n)
+        return x == y;
+    for (int i = 0; i < x->n; i++)
+        if (x->elems[i]->i != y->elems[i]->i)
+            return false;
+    return true;
+}
+
+/* The same value, or equal constants (cse has not run yet). */
+static bool same_value(const Value *x, const Value *y) {
+    if (x == y)
+        return true;
+    if (!x->def || !y->def || x->def->kind != OP_CONSTANT || y->def->kind != OP_CONSTANT ||
+        !type_equal(x->type, y->type))
+        return false;
+    Attr *a = op_attr(x->def, "value"), *b = op_attr(y->def, "value");
+    return a && b && a->kind == b->kind && (a->kind == AT_INT ? a->i == b->i : a->kind == AT_FLOAT && a->f == b->f);
+}
+
+/* Do two loops' loads read the same boxes, each at its own loop index? */
+static bool same_loads(const PtrVec *a, const Value *aiv, const PtrVec *b, const Value *biv) {
+    if (a->len != b->len)
+        return false;
+    for (int c = 0; c < a->len; c++) {
+        const Op *x = a->items[c], *y = b->items[c];
+        if (x->noperands != y->noperands || !type_equal(x->results[0]->type, y->results[0]->type) ||
+            !same_dims(op_attr(x, "dims"), op_attr(y, "dims")))
+            return false;
+        for (int i = 0; i < x->noperands; i++)
+            if (!same_value(x->operands[i], y->operands[i]) && !(x->operands[i] == aiv && y->operands[i] == biv))
+                return false;
+    }
+    return true;
+}
+
+static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool chains) {
     Block *body = loop->regions[0].blocks[0];
     Value *iv = body->args[0];
     PtrVec loads = {0};
@@ -88,11 +164,26 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     Arena *a = ctx->arena;
     int n = loads.len, ncarried = loop->noperands - 3;
     Builder pre = {a, NULL, loop, loop->loc};
-    Value *lb = loop->operands[0], *step = loop->operands[2];
-    /* buffers, and the prologue: iterations 0 .. S-2 */
+    Value *lb = loop->operands[0], *step = loop->operands[2], *iv_base = lb;
+    /* The next segment of a chain takes over the buffers and the copies in
+     * flight of the segment before: that one's last iterations already
+     * fetched this one's first tiles (at its index + step·(S - 1)), so the
+     * pipeline runs on across segments instead of draining and refilling
+     * (a bubble of one load per segment, a tenth of a short causal row).
+     * Its stages keep counting from the chain's start. Only where copies in
+ * flight hold no registers (target.h async_copies). */
+    bool continues = chains && chain->loop && chain->ub == lb && same_value(chain->step, step) &&
+                     same_loads(&chain->loads, chain->loop->regions[0].blocks[0]->args[0], &loads, iv);
+    Op *before_prologue = loop->prev;
     Value **bufs = NEW_ARRAY(a, Value *, n);
     Value **toks = NEW_ARRAY(a, Value *, n * (S - 1));
-    for (int c = 0; c < n; c++) {
+    if (continues) {
+        iv_base = chain->iv_base;
+        memcpy(bufs, chain->bufs, sizeof(Value *) * (size_t)n);
+        for (int i = 0; i < n * (S - 1); i++)
+            toks[i] = chain->loop->results[chain->ncarried + i];
+    }
+    for (int c = 0; c < n && !continues; c++) {
         Op *ld = loads.items[c];
         const Type *t = ld->results[0]->type;
         Dim *dims = NEW_ARRAY(a, Dim, t->rank + 1);
@@ -106,6 +197,8 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
             toks[c * (S - 1) + s] = copy(&pre, ld, bufs[c], b_index(&pre, s), iv, at);
         }
     }
+    if (!continues)
+        hoist_prologue(before_prologue ? before_prologue->next : loop->parent->first, loop);
     /* the loop, carrying the tokens of the copies in flight */
     Value **ops = NEW_ARRAY(a, Value *, loop->noperands + n * (S - 1));
     memcpy(ops, loop->operands, sizeof(Value *) * (size_t)loop->noperands);
@@ -129,7 +222,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * the stage being refilled (it - 1), so the GPU lowering needs no
      * barrier of its own before the copies */
     Builder top = {a, NULL, body->first, loop->loc};
-    Value *it = b_bin(&top, OP_FLOORDIV, b_bin(&top, OP_SUB, iv, lb), step);
+    Value *it = b_bin(&top, OP_FLOORDIV, b_bin(&top, OP_SUB, iv, iv_base), step);
     Value *stage = b_bin(&top, OP_REM, it, b_index(&top, S));
     Value *next_stage = b_bin(&top, OP_REM, b_bin(&top, OP_ADD, it, b_index(&top, S - 1)), b_index(&top, S));
     Value *ahead = b_bin(&top, OP_ADD, iv, b_bin(&top, OP_MUL, step, b_index(&top, S - 1)));
@@ -181,6 +274,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     for (int i = 0; i < ncarried; i++)
         replace_all_uses(root, loop->results[i], nl->results[i]);
     op_unlink(loop);
+    *chain = (Chain){nl, lb, iv_base, nl->operands[1], step, loads, bufs, ncarried};
 }
 
 static int64_t stages_for(const Op *func, const char *arch) {
@@ -194,14 +288,18 @@ static int64_t stages_for(const Op *func, const char *arch) {
 static bool run(Op *module, PassContext *ctx, Mistake mistake) {
     for_each_op(func, op_body(module)) {
         int64_t S = stages_for(func, ctx->arch);
+        /* with register prefetch (sm_70) the tiles in flight are registers:
+         * carried from one segment into the next they made sm_70 spill */
+        const Target *target = target_lookup(ctx->arch);
         for_each_op(launch, op_body(func)) {
             if (launch->kind != OP_LAUNCH)
                 continue;
             Block *body = launch->regions[0].blocks[0];
+            Chain chain = {0};
             for (Op *op = body->first, *next; op; op = next) {
                 next = op->next;
                 if (op->kind == OP_FOR)
-                    pipeline_loop(ctx, op, S, mistake);
+                    pipeline_loop(ctx, op, S, mistake, &chain, target && target->async_copies);
             }
         }
     }

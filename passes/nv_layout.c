@@ -53,6 +53,7 @@ typedef struct Lower {
     PassContext *ctx;
     Gen gen;
     const Target *t;
+    int row_blocks;   /* of the launch being lowered: 16-row blocks per warp */
 } Lower;
 
 /* ---- bank conflicts -------------------------------------------------------------- */
@@ -138,6 +139,10 @@ typedef struct Scan {
     int dots;
     ScalarKind acc;
     const Op *bf16;           /* an op with a bf16 tile or buffer */
+    int64_t carried_cols;     /* of the 2-D tiles a loop carries (accumulators), widest loop */
+    int64_t dot_cols;         /* the widest dot that starts from zero (scores) */
+    const Op *bad_dot;        /* a dot whose K or N is not a multiple of 16 */
+    bool gathers_per_score;   /* a tile.gather of a whole score tile (a bias tensor) */
 } Scan;
 
 static void scan(const Block *blk, Scan *s) {
@@ -149,10 +154,28 @@ static void scan(const Block *blk, Scan *s) {
             if ((t->kind == TY_TILE || t->kind == TY_MEMREF) && t->elem == SK_BF16 && !s->bf16)
                 s->bf16 = o;
         }
+        if (o->kind == OP_GATHER && o->results[0]->type->kind == TY_TILE && o->results[0]->type->rank == 2 &&
+            o->results[0]->type->dims[0].size > 1 && o->results[0]->type->dims[1].size > 1)
+            s->gathers_per_score = true;
         if (o->kind == OP_DOT) {
             s->dots++;
+            if (!s->bad_dot && (o->operands[0]->type->dims[1].size % 16 || o->results[0]->type->dims[1].size % 16))
+                s->bad_dot = o;
             s->acc = o->results[0]->type->elem;
             s->dot_rows = o->results[0]->type->dims[0].size;
+            const Op *init = o->operands[2]->def;   /* a fresh accumulator: scores, not O */
+            if (init && init->kind == OP_SPLAT && o->results[0]->type->dims[1].size > s->dot_cols)
+                s->dot_cols = o->results[0]->type->dims[1].size;
+        }
+        if (o->kind == OP_FOR) {
+            int64_t cols = 0;
+            for (int i = 0; i < o->nresults; i++) {
+                const Type *t = o->results[i]->type;
+                if (t->kind == TY_TILE && t->rank == 2 && t->dims[0].size > 1 && t->dims[1].size > 1)
+                    cols += t->dims[1].size;
+            }
+            if (cols > s->carried_cols)
+                s->carried_cols = cols;
         }
         for (int r = 0; r < o->nregions; r++)
             for (int k = 0; k < o->regions[r].nblocks; k++)
@@ -228,6 +251,7 @@ static void count_groups(const Lower *l, Block *blk, Map *group, int *count) {
             op_set_attr(a, op, "nv.pending", attr_int(a, g ? *count - g : 0));
         } else if (op->kind == OP_FOR) {
             Block *body = op->regions[0].blocks[0];
+            int before = *count;
             for (int i = 0; 3 + i < op->noperands; i++) {
                 intptr_t g = (intptr_t)map_get(group, op->operands[3 + i]);
                 if (!g)
@@ -236,6 +260,17 @@ static void count_groups(const Lower *l, Block *blk, Map *group, int *count) {
                 map_put(a, group, body->args[1 + i], (void *)(intptr_t)(*count - (later < first ? later : first)));
             }
             count_groups(l, body, group, count);
+            /* a token the loop hands on (the next segment of a chain waits
+             * for it): younger groups are the copies after it in the last
+             * iteration, or, when the loop ran no iteration, those after
+             * the token it was given; the fewer of the two */
+            for (int i = 0; 3 + i < op->noperands && i < op->nresults; i++) {
+                intptr_t g = (intptr_t)map_get(group, op->operands[3 + i]);
+                if (!g)
+                    continue;
+                int none = before - (int)g, last = groups_after(body, i, 0);
+                map_put(a, group, op->results[i], (void *)(intptr_t)(*count - (last < none ? last : none)));
+            }
         } else {
             for (int r = 0; r < op->nregions; r++)
                 for (int k = 0; k < op->regions[r].nblocks; k++)
@@ -269,6 +304,15 @@ static void annotate_dot(const Lower *l, Op *op) {
                                          scalar_name(op->operands[1]->type->elem))));
 }
 
+/* Q's A fragments stay in registers for the whole key loop when they take
+ * at most 32 per thread (16·row_blocks rows × cols / 32 lanes / 2 per
+ * register): beside a d128 output (128 f32 per thread) and the scores they
+ * would spill, so there they are read from shared memory per key tile, as
+ * FlashAttention-2 does. */
+static bool fits_in_fragments(const Lower *l, const Type *t) {
+    return 16 * l->row_blocks * t->dims[1].size / 64 <= 32;
+}
+
 static void annotate(const Lower *l, const Block *top, const Block *blk) {
     Arena *a = l->ctx->arena;
     for (Op *op = blk->first; op; op = op->next) {
@@ -278,7 +322,8 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                 bool shared = op->operands[0]->type->space == AS_SHARED;
                 /* sm_80: a global tile that only A operands read (Q) is held
                  * in registers as A fragments, loaded once */
-                bool frags = !shared && l->gen == SM80 && only_dot_uses(top, op->results[0], true);
+                bool frags = !shared && l->gen == SM80 && only_dot_uses(top, op->results[0], true) &&
+                             fits_in_fragments(l, op->results[0]->type);
                 op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : frags ? "fragments" : "scratch"));
                 if (!shared)
                     op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, op->results[0]->type->dims[1].size)));
@@ -319,6 +364,16 @@ static bool layout_launch(const Lower *l, Op *launch) {
                 arena_printf(ctx->arena, "%s codegen: bf16 operands accumulate in f32 only (use acc f32)", l->t->name));
         return false;
     }
+    if (s.bad_dot) {   /* before anything trips over the shape (head dim 1) */
+        const Type *at = s.bad_dot->operands[0]->type, *rt = s.bad_dot->results[0]->type;
+        op_diag(ctx->diag, NULL, launch,
+                arena_printf(ctx->arena,
+                             "%s codegen: a matrix product of [%lld x %lld] by [%lld x %lld]: both widths must be "
+                             "multiples of 16 (the head dims of an attention block, the widths of an mlp block)",
+                             l->t->name, (long long)at->dims[0].size, (long long)at->dims[1].size,
+                             (long long)at->dims[1].size, (long long)rt->dims[1].size));
+        return false;
+    }
     int64_t rows = s.dots ? s.dot_rows : s.rows > 0 ? s.rows : 1;
     int warps = 4, row_blocks = 1;
     if (s.dots) {
@@ -328,12 +383,34 @@ static bool layout_launch(const Lower *l, Op *launch) {
                                  (long long)rows));
             return false;
         }
-        /* sm_70: 4 warps, each 16·row_blocks rows; sm_80: a warp per 16 rows
-         * (up to 8), so a 128-row tile's accumulators fit in registers */
-        if (l->gen == SM70)
-            warps = rows % 64 == 0 ? 4 : (int)(rows / 16);
-        else
-            warps = rows % 128 == 0 ? 8 : rows % 64 == 0 ? 4 : (int)(rows / 16);
+        /* 4 warps, each 16·row_blocks rows (fewer warps for tiles under 64
+         * rows). On sm_80 a warp owns at least 32 rows of a 128-row tile:
+         * each B fragment it reads from shared memory feeds two MMAs, which
+         * halves the ldmatrix traffic that otherwise bounds the MMA rate
+         * (FlashAttention-2's 4 warps × 32 rows). */
+        warps = rows % 64 == 0 ? 4 : (int)(rows / 16);
+        /* ... when that fits in registers, measured with ptxas: an
+         * attention kernel whose output and scores take at most 128 f32 per
+         * thread (D 64 with 64 keys) and that gathers nothing per score. At
+         * D 128 (192 f32) ptxas spills a few registers inside the key loop
+         * (faster all the same on the H200: schedule warps(4) to have it),
+         * and a per-score gather (a bias tensor) spills a lot; GEMM kernels'
+         * 128-column B fragments (and SwiGLU's two accumulators) spill too.
+         * Those keep a warp per 16 rows. */
+        if (l->gen == SM80 && rows == 128 &&
+            (s.dot_cols == 0 || s.carried_cols + s.dot_cols > 128 || s.gathers_per_score))
+            warps = 8;
+        Attr *hint = op_attr(launch, "warps");   /* the schedule's warps(N) */
+        if (hint) {
+            if (rows % (16 * hint->i)) {
+                op_diag(ctx->diag, NULL, launch,
+                        arena_printf(ctx->arena,
+                                     "%s codegen: warps(%lld) does not split the row tile (%lld) into 16-row blocks",
+                                     l->t->name, (long long)hint->i, (long long)rows));
+                return false;
+            }
+            warps = (int)hint->i;
+        }
         row_blocks = (int)(rows / 16 / warps);
     }
     Arena *a = ctx->arena;
@@ -341,6 +418,9 @@ static bool layout_launch(const Lower *l, Op *launch) {
     op_set_attr(a, launch, "nv.rows", attr_int(a, rows));
     op_set_attr(a, launch, "nv.warps", attr_int(a, warps));
     op_set_attr(a, launch, "nv.row_blocks", attr_int(a, row_blocks));
+    Lower lw = *l;
+    lw.row_blocks = row_blocks;
+    l = &lw;
     annotate(l, body, body);   /* in order: a dot's loads come before it */
     if (l->gen == SM80) {
         Map group;
@@ -367,11 +447,11 @@ static bool walk(const Lower *l, Block *blk) {
 }
 
 bool pass_sm70_layout(Op *module, PassContext *ctx) {
-    Lower l = {ctx, SM70, target_lookup("sm_70")};
+    Lower l = {ctx, SM70, target_lookup("sm_70"), 1};
     return walk(&l, op_body(module));
 }
 
 bool pass_sm80_layout(Op *module, PassContext *ctx) {
-    Lower l = {ctx, SM80, target_lookup("sm_80")};
+    Lower l = {ctx, SM80, target_lookup("sm_80"), 1};
     return walk(&l, op_body(module));
 }

@@ -9,7 +9,7 @@
  *   %l = tile.for ... {softmax = "sum"}  ==>    s2 = scores · log2(e); m' = max(m, rowmax(s2))
  *   %o = tile.for ... {softmax = "pv"}          α = exp2(m - m'); p = exp2(s2 - m')
  *   ... o, lse = m + log(l)                     l' = α·l + rowsum(p); acc' = α·acc + p·V
- *                                             }); o = acc / l; lse = m·ln2 + log(l)
+ *                                             }); o = acc · (1/l); lse = m·ln2 + log(l)
  *
  * The change of base, the running statistics m and l, p's exponentials and
  * the final division are f32 whatever the accumulator type; with FP16-ACC
@@ -29,6 +29,7 @@
 #include "passes/builder.h"
 #include "passes/passes.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -102,6 +103,29 @@ static Value *to_base2(Builder *b, Value *s) {
     return b_bin(b, OP_MUL, s, b_float(b, s->type->elem, log2e));
 }
 
+/* Scores of the form mul(x, c) or select(valid, mul(x, c), -inf), with c a
+ * positive f32 constant (the scale): x, valid (NULL when unmasked) and c. */
+static bool scaled_scores(Value *s, Value **x, Value **valid, double *c) {
+    *valid = NULL;
+    Op *def = s->def;
+    if (def && def->kind == OP_SELECT && def->operands[2]->def && def->operands[2]->def->kind == OP_CONSTANT) {
+        Attr *v = op_attr(def->operands[2]->def, "value");
+        if (!v || v->kind != AT_FLOAT || v->f != -INFINITY)
+            return false;
+        *valid = def->operands[0];
+        def = def->operands[1]->def;
+    }
+    if (!def || def->kind != OP_MUL || def->results[0]->type->elem != SK_F32 || !def->operands[1]->def ||
+        def->operands[1]->def->kind != OP_CONSTANT)
+        return false;
+    Attr *k = op_attr(def->operands[1]->def, "value");
+    if (!k || k->kind != AT_FLOAT || !(k->f > 0))
+        return false;
+    *x = def->operands[0];
+    *c = k->f;
+    return true;
+}
+
 /* One segment: lpv's body becomes the body of a loop carrying (m, l, acc)
  * from `init` (the max and sum loops' work is redone there: they die);
  * returns the new loop (inserted before lpv). */
@@ -131,14 +155,27 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     /* f32 before the change of base: log2(e) folded into an f16 scale, or
      * f16 scores times log2(e), would be off by ~2^-11 relative, which exp
      * turns into an error of ~s·2^-11 (1.5% at softcap 30) */
-    Value *s = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
-                                               : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),
-                                                       b_float(&b, SK_F32, 1.4426950408889634));
     Value *ninf = b_float(&b, types[0]->elem, -INFINITY), *zero = b_float(&b, types[0]->elem, 0);
-    Value *m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
-    Value *m_safe = b_select(&b, b_cmp(&b, "eq", m_new, ninf), zero, m_new);
-    Value *alpha = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, m, m_safe));
-    Value *p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s, m_safe));
+    Value *x, *valid, *m_new, *p;
+    double c;
+    if (scaled_scores(pv.scores, &x, &valid, &c)) {
+        /* FlashAttention-2's form: the row max of the unscaled scores, scaled
+         * once per row (max commutes with rounding x·c, c > 0), and
+         * p = exp2(x·c − m), one fma per score; masked scores give p = 0 */
+        Value *k = b_float(&b, SK_F32, c * 1.4426950408889634);
+        Value *xm = valid ? b_select(&b, valid, x, ninf) : x;
+        m_new = b_bin(&b, OP_MAX, m, b_bin(&b, OP_MUL, b_row_reduce(&b, "max", xm), k));
+        p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, b_bin(&b, OP_MUL, x, k), m_new));
+        if (valid)
+            p = b_select(&b, valid, p, zero);
+    } else {
+        Value *s = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
+                                                   : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),
+                                                           b_float(&b, SK_F32, 1.4426950408889634));
+        m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
+        p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s, m_new));
+    }
+    Value *alpha = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, m, m_new));
     Value *l_new = b_bin(&b, OP_ADD, rescale ? b_bin(&b, OP_MUL, l, alpha) : l, b_row_reduce(&b, "sum", p));
     Value *pc = p->type->elem == pv.vtile->type->elem ? p : b_emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
     Value *alpha_acc = alpha->type->elem == dot_t ? alpha : b_cast(&b, alpha, dot_t);
@@ -166,6 +203,12 @@ static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **p
     for (int r = 0; r < 2; r++)
         if (carry[r]->type->elem != SK_F32)
             carry[r] = b_cast(&pre, carry[r], SK_F32);
+    /* m starts at -FLT_MAX, not -inf: a row that has seen only masked keys
+     * keeps m = -FLT_MAX, and exp2(-inf - m) = 0, exp2(m - m) = 1 as they
+     * should, so m needs no "-inf means 0" select in every iteration (nor a
+     * register for it). No finite f32 score is below -FLT_MAX, so the
+     * softmax is unchanged; lse = m·ln2 + log(0) is still -inf. */
+    carry[0] = b_splat(&pre, b_float(&pre, SK_F32, -FLT_MAX), mt0->dims[0].size, mt0->dims[1].size);
     Op *loop = NULL;
     for (int i = 0; i < k; i++) {
         loop = fuse_segment(ctx, pvs[i], carry, rescale);
@@ -177,7 +220,9 @@ static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **p
     Value *lf = carry[1];
     Value *l_safe = b_select(&o, b_cmp(&o, "eq", lf, b_float(&o, SK_F32, 0)), b_float(&o, SK_F32, 1), lf);
     ScalarKind acc_t = last_pv->results[0]->type->elem;
-    Value *out = b_bin(&o, OP_DIV, acc_t == SK_F32 ? carry[2] : b_cast(&o, carry[2], SK_F32), l_safe);
+    /* one reciprocal per row, then a product per element (not a division each) */
+    Value *inv_l = b_bin(&o, OP_DIV, b_float(&o, SK_F32, 1), l_safe);
+    Value *out = b_bin(&o, OP_MUL, acc_t == SK_F32 ? carry[2] : b_cast(&o, carry[2], SK_F32), inv_l);
     Value *m_nat = b_bin(&o, OP_MUL, carry[0], b_float(&o, SK_F32, 0.6931471805599453));
     /* back to the types the loops' users had */
     if (acc_t != SK_F32)

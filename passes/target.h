@@ -20,6 +20,9 @@ typedef struct Target {
     const char *ptx_features;      /* LLVM NVPTX features (PTX ISA version) */
     bool codegen;                  /* has a code generator (PTX) */
     bool bf16;                     /* has bf16 MMA and arithmetic */
+    bool short_shared;             /* 32-bit shared-memory addresses (LLVM's -nvptx-short-ptr) */
+    bool async_copies;             /* copies in flight hold no registers (cp.async, TMA): the
+                                      double-buffer pass runs them on across loop segments */
     int64_t smem_limit;            /* bytes of shared memory a block may opt in to */
     int64_t attn_tile[2];          /* query rows x key rows */
     int64_t gemm_tile[3];          /* M x N x K */

@@ -196,6 +196,16 @@ static int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t
     return tile && tile->kind == AT_ARRAY && axis < tile->n ? tile->elems[axis]->i : fallback;
 }
 
+/* The schedule's warps(N), recorded on the launch for the target lowering
+ * (which checks that it splits the row tile into 16-row blocks). */
+static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
+    Attr *all = op_attr(func, "schedule");
+    Attr *s = all ? attrs_get(all->entries, all->n, ctx->arch) : NULL;
+    Attr *w = s ? attrs_get(s->entries, s->n, "warps") : NULL;
+    if (w)
+        op_set_attr(ctx->arena, launch, "warps", attr_int(ctx->arena, w->i));
+}
+
 /* Defaults per target: query rows x key rows for attention, M x N x K for GEMMs. */
 static int64_t default_tile(const char *arch, bool attention, int axis) {
     const Target *t = target_lookup(arch);
@@ -221,6 +231,7 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
                       b_ceildiv(&outer, b_dim(&outer, rt->dims[0]), BM), b_index(&outer, 1)};
     Value **args;
     Op *l = new_launch(&outer, g, grid, nin, g->operands, &args);
+    schedule_warps(ctx, func, l);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, g->loc};
     Value *A = args[3], *out = args[3 + nin];
     Value *m0 = b_bin(&b, OP_MUL, args[1], b_index(&b, BM)), *n0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
@@ -370,7 +381,10 @@ static int key_segments(Builder *b, const Op *att, Value *r0, int64_t BM, int64_
         all_lo = b_bin(b, OP_MAX, start, band_at(b, lo, up ? last : r0));
     }
     Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
-    if (!exact || !exact->i) {
+    /* without a mask only Nk bounds the keys: every tile but the last is
+     * whole and needs no masking */
+    bool unmasked = att->regions[1].nblocks == 0;
+    if (!unmasked && (!exact || !exact->i)) {
         seg[0] = (Segment){start, end, true};
         return 1;
     }
@@ -379,10 +393,12 @@ static int key_segments(Builder *b, const Op *att, Value *r0, int64_t BM, int64_
     in_lo = b_bin(b, OP_MAX, in_lo, start);
     Value *in_hi = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, all_hi, bn), bn);
     in_hi = b_bin(b, OP_MIN, b_bin(b, OP_MAX, in_hi, in_lo), end);
-    seg[0] = (Segment){start, in_lo, true};
-    seg[1] = (Segment){in_lo, in_hi, false};
-    seg[2] = (Segment){in_hi, end, true};
-    return 3;
+    int n = 0;
+    if (lo)   /* with no lower bound every row sees key 0: no leading edge */
+        seg[n++] = (Segment){start, in_lo, true};
+    seg[n++] = (Segment){in_lo, in_hi, false};
+    seg[n++] = (Segment){in_hi, end, true};
+    return n;
 }
 
 static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
@@ -422,6 +438,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
                       b_index(&outer, 1)};
     Value **args;
     Op *l = new_launch(&outer, att, grid, nin, inputs, &args);
+    schedule_warps(ctx, func, l);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, att->loc};
     t.b = &b;
     t.Q = args[3], t.K = args[4], t.V = args[5];

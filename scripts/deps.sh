@@ -24,3 +24,11 @@ if [ ! -x "$PTXAS12" ]; then
   $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --no-deps --target /opt/attnc-cuda12 \
     nvidia-cuda-nvcc-cu12==12.9.86 >/dev/null
 fi
+# cuobjdump and the nvdisasm it runs (PyPI): the tests read the SASS that CUDA 13's
+# ptxas (/usr/local/cuda) makes of the sm_80 PTX for the H200 (sm_90).
+CUOBJDUMP=/opt/attnc-cuobjdump/nvidia/cu13/bin/cuobjdump
+if [ ! -x "$CUOBJDUMP" ]; then
+  echo "deps.sh: installing cuobjdump (PyPI nvidia-cuda-cuobjdump)"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --no-deps --target /opt/attnc-cuobjdump \
+    nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 >/dev/null
+fi

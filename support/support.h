@@ -65,6 +65,9 @@ typedef struct Diag {
     int errors, warnings;
     int max_errors;     /* stop reporting after this many */
     const char *tool;   /* prefix of errors without a position ("attnc") */
+    Source source;      /* the file being compiled (frontend_compile; its text
+                           is arena memory): errors at an IR op's position
+                           quote its line */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);

@@ -5,6 +5,8 @@
 #   %attnrt-unit         the runtime's checks without a GPU (test/unit/runtime.c)
 #   %libattnrt, %python-src  the runtime library and the Python package
 #   %ptxas               a CUDA 12 ptxas: the last to assemble sm_70; sm_80 too (feature ptxas)
+#   %sass-ptxas, %cuobjdump  CUDA 13's ptxas and cuobjdump: SASS for sm_90 (feature sass)
+#   %sass-check          bench/sass_check.py (instruction counts, local memory in loops)
 import os
 import lit.formats
 
@@ -28,6 +30,11 @@ if config.sanitize.upper() in ("ON", "1", "TRUE", "YES"):
 if config.ptxas_sm70:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", config.ptxas_sm70))
+if config.ptxas_cuda13 and config.cuobjdump:
+    config.available_features.add("sass")
+    config.substitutions.append(("%sass-ptxas", config.ptxas_cuda13))
+    config.substitutions.append(("%cuobjdump", config.cuobjdump))
+config.substitutions.append(("%sass-check", "python3 " + os.path.join(config.attnc_src_root, "bench", "sass_check.py")))
 config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "examples")))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("not ", config.not_tool + " "))

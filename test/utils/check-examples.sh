@@ -7,7 +7,7 @@
 # Sizes are kept small enough for CI (a few seconds each).
 set -e
 attnc=$1 dir=$2
-small="-D DIM=64 -D FF=96 -D HIDDEN=64 -D B=2 -D H=3"
+small="-D DIM=64 -D HEADS=4 -D KV_HEADS=2 -D FF=96 -D HIDDEN=64 -D B=2 -D H=3"
 n=0
 for f in "$dir"/*.attn; do
   for len in 1 17 113; do
