@@ -316,6 +316,14 @@ def binding_errors(rep, tmp):
     o = mod.run(name, q, q, q)
     rep.expect("binding: outputs allocated", o.shape == q.shape and o.dtype == DT and bool(
         torch.isfinite(o).all()), f"{tuple(o.shape)} {o.dtype}")
+    # B·H over grid.y's 65,535 (a decode batch: B = 8192, H = 16, B·H =
+    # 131,072): the runtime splits y over z, the kernel folds it back;
+    # every program's output is checked (poisoned first)
+    name = "grid_y"
+    acc = accs()[-1]
+    mod = compile_src(None, tmp, name, attention_src(name, 16, 16, 64, acc, "j <= i", None, False))
+    run_attention(rep, mod, name, "grid.y split B*H=131072", 8192, 16, 16, 17, 17, 64, acc, 1 / 8, causal, None,
+                  False)
 
 
 def fp16acc_emulation_cases(rep, kit, tmp):

@@ -631,12 +631,13 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->mrep = (int)blocks->i;
     cg->threads = 32 * cg->nwarps;
 
-    /* the function: memref pointers, then the block's dims */
+    /* the function: memref pointers, the block's dims, then the y offset of
+     * this launch (split_grid_y) */
     int nmem = launch->noperands - 3 + launch->nresults;
-    int nparams = nmem + k->ndims;
+    int nparams = nmem + k->ndims + 1;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
     for (int i = 0; i < nparams; i++)
-        pt[i] = i < nmem ? cg->p1 : cg->i64;
+        pt[i] = i < nmem ? cg->p1 : i < nparams - 1 ? cg->i64 : cg->i32;
     LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), pt, (unsigned)nparams, false);
     cg->fn = LLVMAddFunction(mod, k->name, ft);
     LLVMSetFunctionCallConv(cg->fn, 71 /* ptx_kernel */);
@@ -649,6 +650,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     }
     for (int i = 0; i < k->ndims; i++)
         LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nmem + i)), k->dims[i], strlen(k->dims[i]));
+    LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nparams - 1)), "y_offset", 8);
     cg->smem = LLVMGetNamedGlobal(mod, "attnc_smem");
     if (!cg->smem) {
         LLVMTypeRef at = LLVMArrayType(LLVMInt8TypeInContext(ctx), 0);
@@ -664,6 +666,15 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     static const char *pids[3] = {"ctaid.x", "ctaid.y", "ctaid.z"};
     for (int i = 0; i < 3; i++)
         cv_put(cg, body->args[i], cv_scalar(cg, zext64(cg, sreg(cg, pids[i]))));
+    /* grid.y is at most 65,535, and attention puts B·H there (a decode
+     * batch, B = 4096 and H = 32, has 131,072): the runtime launches the
+     * kernel once per 65,535 rows of y, passing each launch's first y as
+     * the last parameter (manifest ysplit=1). ctaid.y and a parameter are
+     * both re-read by ptxas at no register cost (a z split folded back here,
+     * with a bounds test, made sm_70 spill). */
+    cv_put(cg, body->args[1], cv_scalar(cg, zext64(cg, LLVMBuildAdd(cg->b, sreg(cg, "ctaid.y"),
+                                                                    LLVMGetParam(cg->fn, (unsigned)(nparams - 1)), ""))));
+    info->ysplit = true;
 
     /* memrefs: row-major, strides from the dims */
     for (int i = 0; i < nmem; i++) {

@@ -50,6 +50,7 @@ typedef struct KernelSpec {
     char grid[3][256];
     int threads;
     int64_t smem;
+    bool ysplit;          /* takes its first y as a last parameter: grid.y is launched in slices */
     int nargs;
     int args[MAX_ARGS];   /* tensor indices */
     void *fn;             /* CUfunction, once loaded */
@@ -271,6 +272,8 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
             snprintf(k->grid[g], sizeof k->grid[g], "%s", w[g]);
         k->threads = atoi(threads);
         k->smem = atoll(smem);
+        const char *ysplit = get(e, "ysplit");   /* optional */
+        k->ysplit = ysplit && strcmp(ysplit, "1") == 0;
         snprintf(buf, sizeof buf, "%s", args);
         int n = split_list(buf, ',', w, MAX_ARGS);
         for (int i = 0; i < n; i++) {
@@ -605,7 +608,9 @@ static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *
         if (e.bad || *e.p)
             return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
                         k->grid[g]);
-        if (grid[g] < 0 || grid[g] > (g == 0 ? 2147483647LL : 65535))
+        /* y over 65,535 (B·H of a decode batch): launched in slices, below */
+        int64_t most = g == 0 ? 2147483647LL : g == 1 && k->ysplit ? 2147483647LL : 65535;
+        if (grid[g] < 0 || grid[g] > most)
             return fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
                         b->name, k->name, (long long)grid[g], k->grid[g]);
     }
@@ -851,14 +856,22 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             continue;
         if (!k->fn && (rc = cuda_get_function(m->cumod, k->name, k->smem, &k->fn)))
             return rc;
-        void *params[MAX_ARGS + MAX_DIMS];
+        void *params[MAX_ARGS + MAX_DIMS + 1];
         int np = 0;
         for (int i = 0; i < k->nargs; i++)
             params[np++] = &ptrs[k->args[i]];
         for (int i = 0; i < b->ndims; i++)
             params[np++] = &dimvals[i];
-        if ((rc = cuda_launch(k->fn, grid, k->threads, k->smem, stream, params)))
-            return rc;
+        /* grid.y is at most 65,535: a larger y (B·H) in slices, each told
+         * its first y */
+        int64_t y_total = grid[1], y_offset = 0;
+        if (k->ysplit)
+            params[np++] = &y_offset;
+        for (; y_offset < y_total; y_offset += 65535) {
+            int64_t slice[3] = {grid[0], y_total - y_offset < 65535 ? y_total - y_offset : 65535, grid[2]};
+            if ((rc = cuda_launch(k->fn, slice, k->threads, k->smem, stream, params)))
+                return rc;
+        }
     }
     return ATTNRT_OK;
 }
