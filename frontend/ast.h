@@ -68,6 +68,9 @@ typedef struct Stmt {
 
 typedef enum ItemKind { I_CONST, I_ATTENTION, I_MLP, I_SCHEDULE } ItemKind;
 
+/* A directive argument whose literal the lexer already reported. */
+#define DIRECTIVE_ARG_REPORTED INT64_MIN
+
 typedef struct Directive {  /* tile(128, 64); inside a schedule */
     const char *name;
     Loc loc;

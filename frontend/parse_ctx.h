@@ -10,6 +10,7 @@ typedef struct ParseCtx {
     const Source *src;
     int line, col;
     Loc last;          /* the last token read: where end of file is reported */
+    Loc bad_literal;   /* the last integer literal already reported (too large) */
     PtrVec items;
 } ParseCtx;
 

@@ -292,6 +292,8 @@ directive:
         for (int i = 0; i < $3.len; i++) {
             Expr *e = $3.items[i];
             $$->args[i] = e->ival; $$->arg_locs[i] = e->loc;
+            if (e->loc.line == ctx->bad_literal.line && e->loc.col == ctx->bad_literal.col)
+                $$->args[i] = DIRECTIVE_ARG_REPORTED;   /* too large: said once, not again by sema */
         }
     }
   | error ';'           { $$ = NULL; }
@@ -430,7 +432,12 @@ Program *parse_program(Arena *a, Diag *d, const Source *src) {
         yylex_destroy(scanner);
         return NULL;
     }
-    yy_scan_bytes(src->text, (int)src->len, scanner);
+    /* a UTF-8 byte order mark is allowed and skipped (columns still count
+     * its bytes, as the line shown under an error has them) */
+    bool bom = src->len >= 3 && memcmp(src->text, "\xEF\xBB\xBF", 3) == 0 && src->line_offset == 0;
+    if (bom)
+        ctx.col = 4;
+    yy_scan_bytes(src->text + (bom ? 3 : 0), (int)src->len - (bom ? 3 : 0), scanner);
     yyparse(scanner, &ctx);
     yylex_destroy(scanner);
     Program *p = NEW(a, Program);

@@ -582,9 +582,7 @@ static Val lower_matmul(Sema *s, const Expr *e, Val x, Val y) {
     return ir_val(mm->results[0]);
 }
 
-static Val lower_binary(Sema *s, const Expr *e) {
-    Val x = lower_expr(s, e->args[0]);
-    Val y = lower_expr(s, e->args[1]);
+static Val lower_binary_op(Sema *s, const Expr *e, Val x, Val y) {
     if (x.kind == VAL_ERROR || y.kind == VAL_ERROR)
         return ERROR_VAL;
     switch (e->op) {
@@ -596,6 +594,24 @@ static Val lower_binary(Sema *s, const Expr *e) {
     case B_AND: case B_OR: return lower_logical(s, e, e->op, x, y);
     default: unreachable();
     }
+}
+
+/* A chain of left-associative operators (a + b + c + ...: the parser nests
+ * it on the left) is lowered in a loop, not by recursion, so a flat
+ * expression of any length is fine; only real nesting (parentheses on the
+ * right, calls) counts against lower_expr's depth limit. */
+static Val lower_binary(Sema *s, const Expr *e) {
+    int n = 0;
+    for (const Expr *x = e; x->kind == E_BINARY; x = x->args[0])
+        n++;
+    const Expr **chain = NEW_ARRAY(s->a, const Expr *, n);
+    int i = n;
+    for (const Expr *x = e; x->kind == E_BINARY; x = x->args[0])
+        chain[--i] = x;   /* innermost first */
+    Val acc = lower_expr(s, chain[0]->args[0]);
+    for (i = 0; i < n; i++)
+        acc = lower_binary_op(s, chain[i], acc, lower_expr(s, chain[i]->args[1]));
+    return acc;
 }
 
 static Val lower_unary(Sema *s, const Expr *e) {
@@ -824,11 +840,13 @@ static Val lower_call(Sema *s, const Expr *e) {
 
 static Val lower_expr_at_depth(Sema *s, const Expr *e);
 
-/* Bounds recursion: no real expression nests 200 deep, and a fuzzer's may. */
+/* Bounds recursion: no real expression nests 200 deep, and a fuzzer's may
+ * (a flat chain a + b + ... does not nest: lower_binary). */
 static Val lower_expr(Sema *s, const Expr *e) {
     if (s->depth >= 200) {
         if (!s->too_deep)
-            diag_error(s->d, s->src, e->loc, "expression is nested too deeply");
+            diag_error(s->d, s->src, e->loc,
+                       "expression is nested too deeply (more than 200 levels of parentheses or calls)");
         s->too_deep = true;
         return ERROR_VAL;
     }
@@ -1402,6 +1420,10 @@ static void lower_schedule(Sema *s, const Item *it) {
         bool ok = true;
         for (int j = 0; j < want; j++) {
             int64_t x = dr->args[j];
+            if (x == DIRECTIVE_ARG_REPORTED) {
+                ok = false;
+                continue;
+            }
             bool pow2 = x > 0 && (x & (x - 1)) == 0;
             if (x < lo || x > hi || x % multiple || (strcmp(dr->name, "warps") == 0 && !pow2)) {
                 diag_error(s->d, s->src, dr->arg_locs[j], "%s must be %s between %lld and %lld, not %lld",

@@ -137,18 +137,26 @@ static void print_index(FILE *out, const Tensor *t, int64_t e) {
 
 static void print_summary(FILE *out, const Tensor *t) {
     double sum = 0, amax = 0;
-    int64_t finite = 0;
+    int64_t finite = 0, nan = 0, inf = 0;
     for (int64_t e = 0; e < t->size; e++)
         if (isfinite(t->data[e])) {
             sum += t->data[e];
             amax = fabs(t->data[e]) > amax ? fabs(t->data[e]) : amax;
             finite++;
+        } else if (isnan(t->data[e])) {
+            nan++;
+        } else {
+            inf++;
         }
     fprintf(out, "%s[", scalar_name(t->dtype));
     for (int d = 0; d < t->rank; d++)
         fprintf(out, "%s%lld", d ? ", " : "", (long long)t->dims[d]);
-    fprintf(out, "] mean %.6g, max |x| %.6g, %lld of %lld finite", finite ? sum / (double)finite : 0.0,
-            amax, (long long)finite, (long long)t->size);
+    fputc(']', out);
+    if (finite)   /* the mean and max of the finite elements; with none, there are none to give */
+        fprintf(out, " mean %.6g, max |x| %.6g,", sum / (double)finite, amax);
+    fprintf(out, " %lld of %lld finite", (long long)finite, (long long)t->size);
+    if (nan || inf)
+        fprintf(out, " (%lld NaN, %lld infinite)", (long long)nan, (long long)inf);
 }
 
 /* ---- the run ------------------------------------------------------------- */

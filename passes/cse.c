@@ -52,16 +52,26 @@ static Value *lookup(Scope *s, const char *key) {
     return NULL;
 }
 
-static void cse_block(Arena *a, Op *root, Block *blk, Scope *parent) {
+/* Every op is visited once, in order, and a value is defined before its
+ * uses (in the same or an enclosed block): so a removed op's uses are
+ * redirected as they are visited, through `same` (removed value -> the one
+ * kept), not by a walk of the whole module per removal, which made cse
+ * quadratic (30 s for a block of 1,600 statements). */
+static void cse_block(Arena *a, Block *blk, Scope *parent, Map *same) {
     Scope scope = {.parent = parent};
     map_init(&scope.ops, true);
     for (Op *op = blk->first, *next; op; op = next) {
         next = op->next;
+        for (int i = 0; i < op->noperands; i++) {
+            Value *to = map_get(same, op->operands[i]);
+            if (to)
+                op->operands[i] = to;
+        }
         if (eligible(op)) {
             const char *key = key_of(a, op);
-            Value *same = lookup(&scope, key);
-            if (same) {
-                replace_all_uses(root, op->results[0], same);
+            Value *kept = lookup(&scope, key);
+            if (kept) {
+                map_put(a, same, op->results[0], kept);
                 op_unlink(op);
                 continue;
             }
@@ -70,11 +80,13 @@ static void cse_block(Arena *a, Op *root, Block *blk, Scope *parent) {
         bool isolated = op_info[op->kind].flags & OPF_ISOLATED;
         for (int r = 0; r < op->nregions; r++)
             for (int b = 0; b < op->regions[r].nblocks; b++)
-                cse_block(a, isolated ? op : root, op->regions[r].blocks[b], isolated ? NULL : &scope);
+                cse_block(a, op->regions[r].blocks[b], isolated ? NULL : &scope, same);
     }
 }
 
 bool pass_cse(Op *module, PassContext *ctx) {
-    cse_block(ctx->arena, module, op_body(module), NULL);
+    Map same;
+    map_init(&same, false);
+    cse_block(ctx->arena, op_body(module), NULL, &same);
     return true;
 }

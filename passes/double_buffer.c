@@ -268,8 +268,12 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     ny->loc = y->loc;
     op_insert_before(y, ny);
     op_unlink(y);
+    /* the loop's results are used inside its launch only (launches are
+     * isolated): walking the whole module per loop made the pass quadratic
+     * in the number of blocks */
     Op *root = loop;
-    while (root->parent && root->parent->parent && root->parent->parent->parent)
+    while (!(op_info[root->kind].flags & OPF_ISOLATED) && root->parent && root->parent->parent &&
+           root->parent->parent->parent)
         root = root->parent->parent->parent;
     for (int i = 0; i < ncarried; i++)
         replace_all_uses(root, loop->results[i], nl->results[i]);

@@ -28,25 +28,108 @@ static const char *line_start(const Source *src, int line, size_t *len) {
     return p;
 }
 
+/* The length of the well-formed UTF-8 sequence at s (at most n bytes), or
+ * 0 if there is none (a stray or overlong byte, a truncated sequence). */
+int utf8_sequence_length(const unsigned char *s, size_t n) {
+    int len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    if (!len || (size_t)len > n || s[0] >= 0xF8)
+        return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90) ||
+        (s[0] == 0xED && s[1] >= 0xA0))
+        return 0;   /* overlong, past U+10FFFF, or a surrogate */
+    return len;
+}
+
+/* How byte i of the line is shown: printable ASCII and tabs as they are,
+ * well-formed UTF-8 as it is (one column), a control byte as <U+XXXX> and a
+ * byte that is not UTF-8 as <XX>, so that nothing the file holds reaches
+ * the terminal raw (clang's rule). Returns the bytes consumed; *cols the
+ * columns shown. */
+static size_t show_char(const unsigned char *s, size_t n, char *out, int *cols) {
+    unsigned char c = s[0];
+    if ((c >= 32 && c < 127) || c == '\t') {
+        out[0] = (char)c, out[1] = 0, *cols = 1;
+        return 1;
+    }
+    if (c == 0 || c == '\r') {
+        out[0] = ' ', out[1] = 0, *cols = 1;
+        return 1;
+    }
+    if (c < 32 || c == 127) {
+        *cols = snprintf(out, 16, "<U+%04X>", c);
+        return 1;
+    }
+    int len = utf8_sequence_length(s, n);
+    if (len) {
+        memcpy(out, s, (size_t)len);
+        out[len] = 0, *cols = 1;
+        return (size_t)len;
+    }
+    *cols = snprintf(out, 16, "<%02X>", c);
+    return 1;
+}
+
+enum { SHOW_WIDTH = 160 };   /* a longer line is shown as a window around the caret */
+
 /* Prints the source line and a caret range under loc. Tabs are copied into
- * the caret line so the caret lines up whatever the tab width. */
+ * the caret line so the caret lines up whatever the tab width; a line over
+ * SHOW_WIDTH bytes is clipped to a window around the caret ("..." marks the
+ * cut). */
 static void show_source(Diag *d, const Source *src, Loc loc) {
     if (!src || !src->text || loc.line <= 0)
         return;
     size_t len;
     const char *s = line_start(src, loc.line, &len);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        fputc(c == 0 || c == '\r' ? ' ' : c, d->out);
+    int col = loc.col;
+    if (s == src->text && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {   /* a BOM: not shown */
+        s += 3, len -= 3, col -= 3;
     }
+    int last = loc.end_line == loc.line && loc.end_col >= loc.col ? loc.end_col - (loc.col - col) : (int)len;
+    if (last < col)
+        last = col;
+    size_t from = 0, to = len;
+    if (len > SHOW_WIDTH) {
+        from = col > SHOW_WIDTH / 2 ? (size_t)col - SHOW_WIDTH / 2 : 0;
+        to = from + SHOW_WIDTH < len ? from + SHOW_WIDTH : len;
+        while (from > 0 && ((unsigned char)s[from] & 0xC0) == 0x80)   /* not inside a character */
+            from--;
+        if (last > (int)to)
+            last = (int)to;
+    }
+    /* the line, and for each byte before the caret the columns it took */
+    char buf[16];
+    int cols;
+    if (from > 0)
+        fputs("...", d->out);
+    for (size_t i = from; i < to;) {
+        size_t used = show_char((const unsigned char *)s + i, len - i, buf, &cols);
+        fputs(buf, d->out);
+        i += used;
+    }
+    if (to < len)
+        fputs("...", d->out);
     fputc('\n', d->out);
-    int last = loc.end_line == loc.line && loc.end_col >= loc.col ? loc.end_col : (int)len;
-    if (last < loc.col)
-        last = loc.col;
-    for (int col = 1; col < loc.col; col++)
-        fputc((size_t)col - 1 < len && s[col - 1] == '\t' ? '\t' : ' ', d->out);
+    if (from > 0)
+        fputs("   ", d->out);
+    for (size_t i = from; i < (size_t)col - 1 && i < to;) {
+        size_t used = show_char((const unsigned char *)s + i, len - i, buf, &cols);
+        if (s[i] == '\t')
+            fputc('\t', d->out);
+        else
+            fprintf(d->out, "%*s", cols, "");
+        i += used;
+    }
+    /* ^ and ~ under every column the range [col, last] is shown in */
+    int width = 0;
+    for (size_t i = (size_t)col - 1; i < (size_t)last && i < to;) {
+        i += show_char((const unsigned char *)s + i, len - i, buf, &cols);
+        width += cols;
+    }
     fputc('^', d->out);
-    for (int col = loc.col + 1; col <= last; col++)
+    for (int c = 1; c < width; c++)
         fputc('~', d->out);
     fputc('\n', d->out);
 }

@@ -71,6 +71,8 @@ typedef struct Diag {
 } Diag;
 
 void diag_init(Diag *d, FILE *out);
+/* The length of the well-formed UTF-8 character at s (n bytes left), or 0. */
+int utf8_sequence_length(const unsigned char *s, size_t n);
 void diag_error(Diag *d, const Source *src, Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void diag_warning(Diag *d, const Source *src, Loc loc, const char *fmt, ...)
