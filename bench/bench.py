@@ -142,6 +142,13 @@ def mlp(args, tmp):
     src = open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read()
     mod, ct = compile_block(tmp, args.arch, "swiglu_mlp", src)
     log(what="compile", block="swiglu", arch=args.arch, seconds=ct)
+    variants = []
+    for i, sched in enumerate(args.schedule):   # the same block under each --schedule
+        vsrc = src.replace("mlp swiglu(", f"mlp swiglu_s{i}(") + f"schedule swiglu_s{i} for {args.arch} {{ {sched} }}\n"
+        try:
+            variants.append((sched, compile_block(tmp, args.arch, f"swiglu_s{i}", vsrc)[0], f"swiglu_s{i}"))
+        except attnc.AttncError as e:
+            log(what="compile", block=f"swiglu_s{i}", schedule=sched, error=str(e).splitlines()[0][:200])
     DIM, FF = 4096, 14336
 
     def eager(x, wg, wu, wd):
@@ -157,6 +164,8 @@ def mlp(args, tmp):
         fl = 2 * T * DIM * FF * 3
         row = dict(what="mlp", arch=args.arch, block="swiglu", T=T, DIM=DIM, FF=FF)
         row["attnc"] = fl / bench_ms(lambda: mod.run("swiglu", x, wg, wu, wd, out=[y])) / 1e9
+        for sched, vmod, vname in variants:
+            row[f"attnc {sched}"] = fl / bench_ms(lambda: vmod.run(vname, x, wg, wu, wd, out=[y])) / 1e9
         row["eager"] = fl / bench_ms(lambda: eager(x, wg, wu, wd)) / 1e9
         compiled(x, wg, wu, wd)
         row["compile"] = fl / bench_ms(lambda: compiled(x, wg, wu, wd)) / 1e9
@@ -179,7 +188,7 @@ def report(args):
         lines.append(f"| {r['dtype']} | {r['D']} | {r['N']} | {r['causal']} | {f(r, 'attnc')} | {f(r, 'flash')} | "
                      f"{f(r, 'cudnn')} | {f(r, 'flex')} | {g(r, 'vs_flash')} | {g(r, 'vs_cudnn')} | "
                      f"{r.get('maxdiff_vs_flash', float('nan')):.1e} |")
-    for sched in args.schedule:
+    for sched in args.schedule if att else []:
         lines.append(f"\nwith schedule `{sched}`: attnc TFLOP/s per row: " +
                      ", ".join(f(r, f"attnc {sched}") for r in att))
     for peer in ("flash", "cudnn"):
@@ -196,6 +205,9 @@ def report(args):
         for r in m:
             lines.append(f"| {r['block']} | {r['T']} | {r['attnc']:.0f} | {r['eager']:.0f} | {r['compile']:.0f} | "
                          f"{r['vs_eager']:.2f} | {r['vs_compile']:.2f} | {r['maxdiff_vs_eager']:.1e} |")
+        for sched in args.schedule:
+            lines.append(f"\nMLP with schedule `{sched}`: attnc TFLOP/s per row: " +
+                         ", ".join(f"{r[f'attnc {sched}']:.0f}" for r in m if f"attnc {sched}" in r))
     c = [r for r in rows if r["what"] == "compile"]
     if c:
         lines.append("\ncompile time per block (attnc, PTX): " +

@@ -50,7 +50,7 @@ const Target targets[] = {
          * choice too); on sm_70 it measured more registers (ptxas), so not */
         .short_shared = true, .async_copies = true,
         .smem_limit = 163 * 1024,
-        .attn_tile = {128, 64}, .gemm_tile = {128, 128, 32}, .stages = 2,
+        .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2,
         .row_block = 2,
         .pipeline = sm80_pipeline, .lowering = "sm80-layout",
     },
