@@ -41,7 +41,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
   done
 else
   echo "==> no GPU here: running every example on the CPU interpreter (sm_70 and sm_80 pipelines)"
-  small="-D DIM=64 -D FF=96 -D HIDDEN=64 -D N=113 -D T=113 -D NQ=113 -D NK=77"
+  small="-D DIM=64 -D HEADS=4 -D KV_HEADS=2 -D FF=96 -D HIDDEN=64 -D N=113 -D T=113 -D NQ=113 -D NK=77"
   for f in examples/*.attn; do
     for arch in sm_70 sm_80; do
       printf '%s (%s): ' "$f" $arch
