@@ -69,6 +69,21 @@ def compile_block(tmp, arch, name, text):
     return mod, time.time() - t0
 
 
+def compile_variants(args, tmp, kind, name, src):
+    """The block `name` of src once more under each --schedule, renamed
+    NAME_sI: [(schedule, module, block name)]; one that does not compile
+    (too much shared memory) is reported and left out."""
+    variants = []
+    for i, sched in enumerate(args.schedule):
+        vname = f"{name}_s{i}"
+        vsrc = src.replace(f"{kind} {name}(", f"{kind} {vname}(") + f"schedule {vname} for {args.arch} {{ {sched} }}\n"
+        try:
+            variants.append((sched, compile_block(tmp, args.arch, vname, vsrc)[0], vname))
+        except attnc.AttncError as e:
+            log(what="compile", block=vname, schedule=sched, error=str(e).splitlines()[0][:200])
+    return variants
+
+
 def attention(args, tmp):
     flex = None
     try:
@@ -90,15 +105,7 @@ def attention(args, tmp):
                 src = attention_block(name, D, causal, dtn)
                 mod, ct = compile_block(tmp, args.arch, name, src)
                 log(what="compile", block=name, arch=args.arch, seconds=ct)
-                variants = []
-                for i, sched in enumerate(args.schedule):
-                    vname = f"{name}_s{i}"
-                    vsrc = src.replace(f"attention {name}(", f"attention {vname}(")
-                    vsrc += f"schedule {vname} for {args.arch} {{ {sched} }}\n"
-                    try:
-                        variants.append((sched, compile_block(tmp, args.arch, vname, vsrc)[0], vname))
-                    except attnc.AttncError as e:   # e.g. too much shared memory: reported, the rest goes on
-                        log(what="compile", block=vname, schedule=sched, error=str(e).splitlines()[0][:200])
+                variants = compile_variants(args, tmp, "attention", name, src)
                 for N in Ns:
                     B, H = 16384 // N, 2048 // D
                     fl = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
@@ -142,13 +149,7 @@ def mlp(args, tmp):
     src = open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read()
     mod, ct = compile_block(tmp, args.arch, "swiglu_mlp", src)
     log(what="compile", block="swiglu", arch=args.arch, seconds=ct)
-    variants = []
-    for i, sched in enumerate(args.schedule):   # the same block under each --schedule
-        vsrc = src.replace("mlp swiglu(", f"mlp swiglu_s{i}(") + f"schedule swiglu_s{i} for {args.arch} {{ {sched} }}\n"
-        try:
-            variants.append((sched, compile_block(tmp, args.arch, f"swiglu_s{i}", vsrc)[0], f"swiglu_s{i}"))
-        except attnc.AttncError as e:
-            log(what="compile", block=f"swiglu_s{i}", schedule=sched, error=str(e).splitlines()[0][:200])
+    variants = compile_variants(args, tmp, "mlp", "swiglu", src)
     DIM, FF = 4096, 14336
 
     def eager(x, wg, wu, wd):

@@ -20,7 +20,6 @@ typedef struct KernelSpec {
 typedef struct KernelInfo {
     int threads;         /* per block */
     int64_t smem_bytes;  /* dynamic shared memory */
-    bool ysplit;         /* grid.y may be split over z by the runtime (manifest ysplit=1) */
 } KernelInfo;
 
 /* Runs O3 on mod and prints it as PTX for arch (or, llvm_ir, as LLVM IR). */

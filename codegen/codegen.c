@@ -182,8 +182,9 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
                 return false;
             }
         }
-        fprintf(man, "// kernel name=%s grid=%s threads=%d smem=%lld%s args=", k.name, strbuf_finish(&grid, a, NULL),
-                info.threads, (long long)info.smem_bytes, info.ysplit ? " ysplit=1" : "");
+        /* ysplit=1: every kernel takes its first y as a last parameter (lower.c) */
+        fprintf(man, "// kernel name=%s grid=%s threads=%d smem=%lld ysplit=1 args=", k.name,
+                strbuf_finish(&grid, a, NULL), info.threads, (long long)info.smem_bytes);
         for (int i = 3; i < op->noperands + op->nresults; i++)
             fprintf(man, "%s%s", i > 3 ? "," : "",
                     (const char *)map_get(&nm.of, i < op->noperands ? op->operands[i]

@@ -179,8 +179,9 @@ static void emit_store(Cg *cg, const Op *op) {
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
-        if (cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 &&
-            ps[k + 1].a == ps[k].a && ps[k + 1].b == ps[k].b) {
+        bool pair = k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
+                    ps[k + 1].b == ps[k].b;
+        if (cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pair) {
             store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
             k++;
             continue;
@@ -631,8 +632,8 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->mrep = (int)blocks->i;
     cg->threads = 32 * cg->nwarps;
 
-    /* the function: memref pointers, the block's dims, then the y offset of
-     * this launch (split_grid_y) */
+    /* the function: memref pointers, the block's dims, then the first y of
+     * this launch (below) */
     int nmem = launch->noperands - 3 + launch->nresults;
     int nparams = nmem + k->ndims + 1;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
@@ -674,7 +675,6 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
      * with a bounds test, made sm_70 spill). */
     cv_put(cg, body->args[1], cv_scalar(cg, zext64(cg, LLVMBuildAdd(cg->b, sreg(cg, "ctaid.y"),
                                                                     LLVMGetParam(cg->fn, (unsigned)(nparams - 1)), ""))));
-    info->ysplit = true;
 
     /* memrefs: row-major, strides from the dims */
     for (int i = 0; i < nmem; i++) {

@@ -60,8 +60,8 @@ static void ldmatrix4(Cg *cg, LLVMValueRef addr, bool trans, LLVMValueRef *out) 
  * (a_lane, b_lane), then a constant offset per fragment, which becomes the
  * ldmatrix's immediate. The base is made opaque (opaque_ptr) at the dot:
  * otherwise LLVM hoists every fragment address of a loop-invariant buffer
- * (Q in shared memory) out of the key loop, a 64-bit register each, and
- * d128 spilled. */
+ * (Q in shared memory) out of the key loop, a register each, and d128
+ * spilled. */
 static LLVMValueRef lane_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef row, LLVMValueRef col) {
     return gep(cg, k, opaque_ptr(cg, w->base), add(cg, mul(cg, row, ci64(cg, w->stride)), col));
 }
@@ -326,10 +326,10 @@ static void emit_copy_async(Cg *cg, const Op *op) {
         int64_t total = t->rows * t->cols / t->vec;
         int n = (int)((total + cg->threads - 1) / cg->threads);
         int bytes = t->vec * esize(src->elem);
-        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0], [$1], %d, $2;",
-                                        bytes == 16 ? "cg" : "ca", bytes);
         if (copy_with_offsets(cg, op, src, dst, t, base, n, bytes))
             goto committed;
+        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0], [$1], %d, $2;",
+                                        bytes == 16 ? "cg" : "ca", bytes);
         for (int j = 0; j < n; j++) {
             LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
             LLVMValueRef co[8], inside;
@@ -340,8 +340,7 @@ static void emit_copy_async(Cg *cg, const Op *op) {
                 join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
             /* outside the tensor the source size is 0: cp.async reads
              * nothing and zero-fills (CUTLASS's zfill), so the address is
-             * left as computed: one base and immediate offsets for all of a
-             * thread's copies, not a select per copy */
+             * left as computed, no select */
             LLVMValueRef args[3] = {
                 LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
                                   cg->i32, ""),

@@ -109,7 +109,7 @@ static Value *copy(Builder *b, const Op *load, Value *buf, Value *stage, const V
  * where the one before ends). */
 typedef struct Chain {
     Op *loop;              /* the pipelined loop */
-    Value *lb, *iv_base;   /* its bounds' start; the start its stages count from */
+    Value *iv_base;        /* the start its stages count from (the chain's) */
     Value *ub, *step;
     PtrVec loads;          /* the original loads (unlinked) */
     Value **bufs;
@@ -171,7 +171,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * pipeline runs on across segments instead of draining and refilling
      * (a bubble of one load per segment, a tenth of a short causal row).
      * Its stages keep counting from the chain's start. Only where copies in
- * flight hold no registers (target.h async_copies). */
+     * flight hold no registers (target.h async_copies). */
     bool continues = chains && chain->loop && chain->ub == lb && same_value(chain->step, step) &&
                      same_loads(&chain->loads, chain->loop->regions[0].blocks[0]->args[0], &loads, iv);
     Op *before_prologue = loop->prev;
@@ -278,7 +278,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     for (int i = 0; i < ncarried; i++)
         replace_all_uses(root, loop->results[i], nl->results[i]);
     op_unlink(loop);
-    *chain = (Chain){nl, lb, iv_base, nl->operands[1], step, loads, bufs, ncarried};
+    *chain = (Chain){nl, iv_base, nl->operands[1], step, loads, bufs, ncarried};
 }
 
 static int64_t stages_for(const Op *func, const char *arch) {

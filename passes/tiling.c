@@ -205,19 +205,22 @@ static void redirect(Op *op) {
 
 /* ---- tile sizes ------------------------------------------------------------- */
 
-static int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t fallback) {
+/* A directive of the block's schedule for arch (tile, stages, warps), or NULL. */
+static Attr *schedule_directive(const Op *func, const char *arch, const char *name) {
     Attr *all = op_attr(func, "schedule");
     Attr *s = all ? attrs_get(all->entries, all->n, arch) : NULL;
-    Attr *tile = s ? attrs_get(s->entries, s->n, "tile") : NULL;
+    return s ? attrs_get(s->entries, s->n, name) : NULL;
+}
+
+static int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t fallback) {
+    Attr *tile = schedule_directive(func, arch, "tile");
     return tile && tile->kind == AT_ARRAY && axis < tile->n ? tile->elems[axis]->i : fallback;
 }
 
 /* The schedule's warps(N), recorded on the launch for the target lowering
  * (which checks that it splits the row tile into 16-row blocks). */
 static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
-    Attr *all = op_attr(func, "schedule");
-    Attr *s = all ? attrs_get(all->entries, all->n, ctx->arch) : NULL;
-    Attr *w = s ? attrs_get(s->entries, s->n, "warps") : NULL;
+    Attr *w = schedule_directive(func, ctx->arch, "warps");
     if (w)
         op_set_attr(ctx->arena, launch, "warps", attr_int(ctx->arena, w->i));
 }

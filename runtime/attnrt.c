@@ -609,7 +609,7 @@ static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *
             return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
                         k->grid[g]);
         /* y over 65,535 (B·H of a decode batch): launched in slices, below */
-        int64_t most = g == 0 ? 2147483647LL : g == 1 && k->ysplit ? 2147483647LL : 65535;
+        int64_t most = g == 0 || (g == 1 && k->ysplit) ? 2147483647LL : 65535;
         if (grid[g] < 0 || grid[g] > most)
             return fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
                         b->name, k->name, (long long)grid[g], k->grid[g]);
