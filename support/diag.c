@@ -31,8 +31,11 @@ static const char *line_start(const Source *src, int line, size_t *len) {
 /* The length of the well-formed UTF-8 sequence at s (at most n bytes), or
  * 0 if there is none (a stray or overlong byte, a truncated sequence). */
 int utf8_sequence_length(const unsigned char *s, size_t n) {
-    int len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
-    if (!len || (size_t)len > n || s[0] >= 0xF8)
+    int len = s[0] >= 0xC2 && s[0] <= 0xDF   ? 2
+              : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+              : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                             : 0;   /* 0x80..0xC1 and 0xF5..0xFF never start one */
+    if (!len || (size_t)len > n)
         return 0;
     for (int i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80)
