@@ -257,6 +257,31 @@ static LLVMValueRef combine(Cg *cg, const char *kind, ScalarKind k, LLVMValueRef
     return fmaxmin(cg, strcmp(kind, "max") == 0, x, y);
 }
 
+/* v combined across the lanes that share its row (the accumulator layout). */
+static LLVMValueRef across_row_lanes(Cg *cg, const char *kind, ScalarKind k, LLVMValueRef v) {
+    for (int bit = 1; bit < 32; bit <<= 1)
+        if (cg->acc.row_lanes & bit)
+            v = combine(cg, kind, k, v, shfl_xor(cg, v, bit));
+    return v;
+}
+
+/* nv.lane_sum: each lane held the sum of its own columns of the row (a
+ * tile.reduce with nv.partial, carried through a key loop); add them. */
+static void emit_lane_sum(Cg *cg, const Op *op) {
+    const Type *t = op->results[0]->type;
+    if (cg->lay != LAY_ACC) {
+        cg_err(cg, op, "internal error: nv.lane_sum outside the accumulator layout", NULL);
+        return;
+    }
+    Dist *x = as_dist(cg, op, op->operands[0]);
+    if (!x)
+        return;
+    Dist *r = dist_new(cg, t->elem, t->dims[0].size, 1);
+    for (int s = 0; s < r->n; s++)
+        r->v[s] = x->v[s] ? across_row_lanes(cg, "sum", t->elem, x->v[s]) : NULL;
+    cv_put(cg, op->results[0], cv_dist(cg, r));
+}
+
 static void emit_reduce(Cg *cg, const Op *op) {
     const char *kind = op_attr(op, "kind")->s;
     if (strcmp(kind, "sum") && strcmp(kind, "max") && strcmp(kind, "min")) {
@@ -277,8 +302,14 @@ static void emit_reduce(Cg *cg, const Op *op) {
     }
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
+    bool partial = op_attr(op, "nv.partial") != NULL;
+    if (partial && (cg->lay != LAY_ACC || strcmp(kind, "sum") != 0)) {
+        cg_err(cg, op, "internal error: nv.partial on a reduction other than a sum in the accumulator layout", NULL);
+        return;
+    }
     if (cg->lay == LAY_ACC) {
-        /* in-thread over the row's elements, then across the lanes sharing the row */
+        /* in-thread over the row's elements, then across the lanes sharing
+         * the row (nv.partial: later, at an nv.lane_sum) */
         LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, cg->mrep * 8);
         for (int k = 0; k < n; k++) {
             int s = ps[k].a * 8 + (ps[k].i & cg->acc.row_bits);
@@ -288,11 +319,7 @@ static void emit_reduce(Cg *cg, const Op *op) {
         for (int s = 0; s < cg->mrep * 8; s++) {
             if (!acc[s])
                 continue;
-            LLVMValueRef v = acc[s];
-            for (int bit = 1; bit < 32; bit <<= 1)
-                if (cg->acc.row_lanes & bit)
-                    v = combine(cg, kind, rt->elem, v, shfl_xor(cg, v, bit));
-            r->v[s] = v;
+            r->v[s] = partial ? acc[s] : across_row_lanes(cg, kind, rt->elem, acc[s]);
         }
         cv_put(cg, op->results[0], cv_dist(cg, r));
         return;
@@ -558,6 +585,7 @@ static void emit_op(Cg *cg, const Op *op) {
     case OP_GATHER: emit_gather(cg, op); return;
     case OP_SPLAT: case OP_IOTA: emit_splat_iota(cg, op); return;
     case OP_TILE_REDUCE: emit_reduce(cg, op); return;
+    case OP_LANE_SUM: emit_lane_sum(cg, op); return;
     case OP_DOT: cg->target->dot(cg, op); return;
     case OP_TRANS: emit_trans(cg, op); return;
     case OP_ALLOC: emit_alloc(cg, op); return;

@@ -822,6 +822,8 @@ static bool eval_tile_misc(Interp *in, const Op *op) {
             inner *= r->dims[d];
         for (int64_t e = 0; e < r->size; e++)
             r->data[e] = (double)((e / inner) % r->dims[axis]);
+    } else if (op->kind == OP_LANE_SUM) {   /* the target's bookkeeping: the value is the operand's */
+        memcpy(r->data, get(in, op->operands[0])->data, sizeof(double) * (size_t)r->size);
     } else if (op->kind == OP_TRANS) {
         Tensor *x = get(in, op->operands[0]);
         for (int64_t i = 0; i < r->dims[0]; i++)
@@ -1027,7 +1029,8 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_IOTA:
     case OP_TRANS:
     case OP_DOT:
-    case OP_TILE_REDUCE: return eval_tile_misc(in, op);
+    case OP_TILE_REDUCE:
+    case OP_LANE_SUM: return eval_tile_misc(in, op);
     default:
         if (is_elementwise(op->kind))
             return eval_elementwise(in, op);

@@ -689,6 +689,16 @@ static void verify_tile_reduce(Verifier *v, Op *op) {
         op_error(v, op, "reduces the rows of a 2-D tile to [M, 1]");
 }
 
+/* nv.lane_sum : a row vector [M, 1] whose lanes held pieces of its sums
+ * (tile.reduce with nv.partial, passes/nv_layout.c), made whole; the value
+ * itself is unchanged. */
+static void verify_lane_sum(Verifier *v, Op *op) {
+    const Type *x = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tile(x) || x->rank != 2 || x->dims[1].sym || x->dims[1].size != 1 || !scalar_is_float(x->elem) ||
+        !type_equal(x, r))
+        op_error(v, op, "takes and gives one float row vector tile [M, 1]");
+}
+
 /* tile.alloc : memref<..., shared> — a buffer of the program's own */
 static void verify_alloc(Verifier *v, Op *op) {
     const Type *t = op->results[0]->type;

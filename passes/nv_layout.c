@@ -37,6 +37,12 @@
  *   tile.wait      nv.pending  sm_80: the copies issued after the awaited one
  *                              that may stay in flight (cp.async.wait_group);
  *                              the interpreter honours it
+ *   tile.reduce    nv.partial  a row sum that each lane keeps as the sum of
+ *                              its own columns (the online softmax's l,
+ *                              carried so through the key loops) ...
+ *   nv.lane_sum                ... until this op, after the loops, adds the
+ *                              lanes' pieces (to the interpreter: the value
+ *                              as it is)
  *
  * Refuses what the target cannot do: bf16 on sm_70 (no bf16 MMA), an f16
  * accumulator with bf16 operands, row tiles that are not a multiple of 16.
@@ -44,6 +50,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "passes/builder.h"
 #include "passes/passes.h"
 #include "passes/target.h"
 
@@ -348,6 +355,116 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
     }
 }
 
+/* ---- row sums left in pieces (FlashAttention-2) -------------------------------- */
+
+/* The online softmax carries each row's sum l' = l·α + rowsum(P) through the
+ * key loop, and nothing reads it before the loop ends. Each lane can carry
+ * the sum of its own columns instead, scaled by the same α (every lane of a
+ * row holds α): the reduce gets nv.partial, and one nv.lane_sum after the
+ * loops adds the lanes' pieces. That takes the shuffles out of every
+ * iteration. The carry qualifies when its yield is arith.add of
+ * arith.mul(arg, α) and a tile.reduce "sum" of a score tile, each used only
+ * there, and its start is a splat of 0 or the same carry of an earlier loop
+ * (the key loop's segments). */
+
+typedef struct Partial {
+    Arena *a;
+    Map nuses;     /* Value -> use count, in the launch */
+    Map pieces;    /* Values held in pieces: qualifying carries' args and the loops' results */
+    Map lane_sum;  /* a loop result -> its nv.lane_sum */
+} Partial;
+
+static int nuses(const Partial *p, const Value *v) { return (int)(intptr_t)map_get(&p->nuses, v); }
+
+static bool is_zero_splat(const Value *v) {
+    const Op *s = v->def, *c = s && s->kind == OP_SPLAT ? s->operands[0]->def : NULL;
+    Attr *x = c && c->kind == OP_CONSTANT ? op_attr(c, "value") : NULL;
+    return x && (x->kind == AT_FLOAT ? x->f == 0 : x->kind == AT_INT && x->i == 0);
+}
+
+static bool is_row_vector(const Type *t) {
+    return t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym && t->dims[0].size > 1 && !t->dims[1].sym &&
+           t->dims[1].size == 1 && scalar_is_float(t->elem);
+}
+
+/* The reduce of carry i of loop f, when the carry qualifies. */
+static Op *partial_reduce(const Partial *p, const Op *f, int i) {
+    const Block *body = f->regions[0].blocks[0];
+    Value *arg = body->args[1 + i], *init = f->operands[3 + i];
+    const Op *add = body->last->operands[i]->def;
+    if (!is_row_vector(arg->type) || (!is_zero_splat(init) && !map_get(&p->pieces, init)) || nuses(p, arg) != 1 ||
+        !add || add->kind != OP_ADD || add->parent != body || nuses(p, add->results[0]) != 1)
+        return NULL;
+    for (int s = 0; s < 2; s++) {
+        Op *mul = add->operands[s]->def, *red = add->operands[1 - s]->def;
+        if (!mul || !red || mul->kind != OP_MUL || red->kind != OP_TILE_REDUCE ||
+            strcmp(op_attr(red, "kind")->s, "sum") != 0 || nuses(p, mul->results[0]) != 1 ||
+            nuses(p, red->results[0]) != 1)
+            continue;
+        const Type *x = red->operands[0]->type;   /* a score tile: every element in one lane */
+        if (x->dims[1].sym || x->dims[1].size % 16 || !type_equal(red->results[0]->type, arg->type) ||
+            !type_equal(add->results[0]->type, arg->type))
+            continue;
+        int k = mul->operands[0] == arg ? 0 : mul->operands[1] == arg ? 1 : -1;
+        const Type *alpha = k < 0 ? NULL : mul->operands[1 - k]->type;   /* the same in every lane of a row */
+        if (alpha && (alpha->kind != TY_TILE || is_row_vector(alpha)) && type_equal(mul->results[0]->type, arg->type))
+            return red;
+    }
+    return NULL;
+}
+
+static void find_partials(Partial *p, Block *blk) {
+    for (Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_FOR)
+            for (int i = 0; i < op->nresults; i++) {
+                Op *red = partial_reduce(p, op, i);
+                if (!red)
+                    continue;
+                op_set_attr(p->a, red, "nv.partial", attr_bool(p->a, true));
+                map_put(p->a, &p->pieces, op->regions[0].blocks[0]->args[1 + i], (void *)1);
+                map_put(p->a, &p->pieces, op->results[i], (void *)1);
+            }
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                find_partials(p, op->regions[r].blocks[k]);
+    }
+}
+
+/* Every use of a loop result held in pieces, other than the start of the
+ * same carry of a later loop, reads its nv.lane_sum, placed right after the
+ * loop. */
+static void join_partials(Partial *p, Block *blk) {
+    for (Op *op = blk->first; op; op = op->next) {
+        for (int i = 0; i < op->noperands && op->kind != OP_LANE_SUM; i++) {
+            Value *v = op->operands[i];
+            if (!v->def || v->def->kind != OP_FOR || !map_get(&p->pieces, v))
+                continue;
+            if (op->kind == OP_FOR && i >= 3 && map_get(&p->pieces, op->regions[0].blocks[0]->args[1 + i - 3]))
+                continue;
+            Value *whole = map_get(&p->lane_sum, v);
+            if (!whole) {
+                Builder b = {.a = p->a, .blk = v->def->parent, .before = v->def->next, .loc = v->def->loc};
+                whole = b_emit(&b, OP_LANE_SUM, v->type, 1, &v);
+                map_put(p->a, &p->lane_sum, v, whole);
+            }
+            op->operands[i] = whole;
+        }
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                join_partials(p, op->regions[r].blocks[k]);
+    }
+}
+
+static void partial_row_sums(Arena *a, Op *launch) {
+    Partial p = {.a = a};
+    map_init(&p.nuses, false);
+    map_init(&p.pieces, false);
+    map_init(&p.lane_sum, false);
+    count_uses(launch, &p.nuses, a);
+    find_partials(&p, launch->regions[0].blocks[0]);
+    join_partials(&p, launch->regions[0].blocks[0]);
+}
+
 static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;
     const Block *body = launch->regions[0].blocks[0];
@@ -422,6 +539,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
     lw.row_blocks = row_blocks;
     l = &lw;
     annotate(l, body, body);   /* in order: a dot's loads come before it */
+    if (s.dots)
+        partial_row_sums(a, launch);
     if (l->gen == SM80) {
         Map group;
         map_init(&group, false);
