@@ -212,7 +212,8 @@ def report(args):
     c = [r for r in rows if r["what"] == "compile"]
     if c:
         lines.append("\ncompile time per block (attnc, PTX): " +
-                     ", ".join(f"{r['block']} {r['seconds']:.2f} s" for r in c))
+                     ", ".join(f"{r['block']} {r['seconds']:.2f} s" if "seconds" in r else
+                               f"{r['block']} failed ({r.get('error', '?')})" for r in c))
     text = "\n".join(lines) + "\n"
     open(os.path.join(args.out, "bench.md"), "w").write(text)
     print(text)

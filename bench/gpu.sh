@@ -1,9 +1,10 @@
 #!/bin/bash
 # gpu.sh — every GPU check in one go (the device tool runs it with gpu-kit/
 # carried; bench/gpu_kit.sh makes the kit): numerics of every case against
-# float64 PyTorch for each target (sm_70 f16, sm_80 f16 and bf16),
-# examples/embed, the SASS of the sm_80 kernels, compute-sanitizer memcheck
-# and racecheck, then the benchmark. Logs under $OUT (or ./out).
+# float64 PyTorch for each target (sm_70 f16, sm_80 and sm_90a f16 and
+# bf16), examples/embed, the SASS of the sm_80 and sm_90a kernels,
+# compute-sanitizer memcheck and racecheck, then the benchmark (sm_80 and
+# sm_90a). Logs under $OUT (or ./out).
 #
 #   bench/gpu.sh [--quick] [--no-bench] [--no-sm70]
 #   BENCH_ARGS='--schedule "warps(4);"' bench/gpu.sh   (more bench.py options)
@@ -33,27 +34,35 @@ checks() {   # arch dtype
 [ $sm70 = 1 ] && checks sm_70 f16
 checks sm_80 f16
 checks sm_80 bf16
+checks sm_90a f16
+checks sm_90a bf16
 
 step "embed (C, libattnrt only)"
-for arch in sm_70 sm_80; do
+for arch in sm_70 sm_80 sm_90a; do
   $KIT/attnc examples/mha.attn -arch $arch -o /tmp/attn-$arch.ptx && $KIT/attnc-embed /tmp/attn-$arch.ptx 2 1000 ||
     status=1
 done
 
-step "SASS of the sm_80 attention kernels (ptxas for this GPU): HMMA.16816, no local memory inside loops"
+step "SASS of the attention kernels (ptxas for this GPU): sm_80 HMMA.16816, sm_90a HGMMA; no local memory inside loops"
 for ex in mha gqa_causal softcap_alibi sliding_window document_mask cross_attention; do
   $KIT/attnc examples/$ex.attn -arch sm_80 -o /tmp/$ex-80.ptx || { status=1; continue; }
   /usr/local/cuda/bin/ptxas -arch=sm_90 /tmp/$ex-80.ptx -o /tmp/$ex-80.cubin || { status=1; continue; }
   line=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-80.cubin |
          python3 bench/sass_check.py --need HMMA.16816 --need LDSM --need LDGSTS) || status=1
-  echo "$line"
-  note "SASS $line"
+  echo "sm_80 $line"
+  note "SASS sm_80 $line"
+  $KIT/attnc examples/$ex.attn -arch sm_90a -o /tmp/$ex-90.ptx || { status=1; continue; }
+  /usr/local/cuda/bin/ptxas -arch=sm_90a /tmp/$ex-90.ptx -o /tmp/$ex-90.cubin || { status=1; continue; }
+  line=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-90.cubin |
+         python3 bench/sass_check.py --need HGMMA --need LDGSTS) || status=1
+  echo "sm_90a $line"
+  note "SASS sm_90a $line"
 done
 
 SAN=/usr/local/cuda/bin/compute-sanitizer
 san=/tmp/attnc-san && rm -rf $san && mkdir -p $san
 for tool in memcheck racecheck; do
-  for arch in sm_70 sm_80; do
+  for arch in sm_70 sm_80 sm_90a; do
     step "compute-sanitizer $tool $arch"
     $SAN --tool $tool --error-exitcode 9 $KIT/attnc-embed /tmp/attn-$arch.ptx 1 17 > $san/$tool-$arch-embed.log 2>&1 ||
       status=1
@@ -67,10 +76,13 @@ done
 for f in $san/*.log; do echo "=== $f"; cat "$f"; done > "$OUT/sanitizers.log"
 
 if [ $bench = 1 ]; then
-  step "benchmark (sm_80 PTX against SDPA flash / cuDNN / flex; SwiGLU against torch)"
-  eval "python3 bench/bench.py --kit $KIT --out \"$OUT\" --arch sm_80 $quick ${BENCH_ARGS:-}" > "$OUT/bench.log" 2>&1 ||
-    status=1
-  tail -60 "$OUT/bench.log"
+  for arch in sm_80 sm_90a; do
+    step "benchmark ($arch PTX against SDPA flash / cuDNN / flex; SwiGLU against torch)"
+    mkdir -p "$OUT/bench-$arch"
+    eval "python3 bench/bench.py --kit $KIT --out \"$OUT/bench-$arch\" --arch $arch $quick ${BENCH_ARGS:-}" \
+      > "$OUT/bench-$arch.log" 2>&1 || status=1
+    tail -30 "$OUT/bench-$arch.log"
+  done
 fi
 echo
 echo "$summary"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpu_check.py — attnc's kernels for one target on a GPU, against float64 PyTorch.
 
-    python3 bench/gpu_check.py --kit KIT --out DIR [--arch sm_70|sm_80] [--dtype f16|bf16] [--quick]
+    python3 bench/gpu_check.py --kit KIT --out DIR [--arch sm_70|sm_80|sm_90a] [--dtype f16|bf16] [--quick]
 
 KIT holds attnc (statically linked), libattnrt.so and attnc-embed. On an
 H200 the driver JIT-compiles sm_70 PTX (right for correctness, not for
@@ -34,6 +34,7 @@ import attnc  # noqa: E402
 
 U16 = 2.0 ** -11   # unit roundoff of f16
 ARCH = "sm_70"       # the target compiled for (--arch)
+F16ACC = True        # whether `acc f16` is tested: f16 tensors
 DT = torch.float16   # the element type of every tensor (--dtype)
 DTN = "f16"          # its name in .attn
 
@@ -175,8 +176,19 @@ def attention_cases(rep, kit, tmp, quick):
                                   causal if is_causal else None, None, False)
     # other tilings and stage counts (schedule), which change warps per block,
     # row blocks per warp and the prefetch ring
-    for sched in ("tile(16, 16)", "tile(32, 64)", "tile(128, 64)", "tile(64, 32)", "tile(64, 64); stages(1)",
-                  "tile(64, 64); stages(3)"):
+    scheds = ("tile(16, 16)", "tile(32, 64)", "tile(128, 64)", "tile(64, 32)", "tile(64, 64); stages(1)",
+              "tile(64, 64); stages(3)")
+    if ARCH == "sm_90a":   # a warpgroup per 64 rows: smaller row tiles are refused, said at compile time
+        scheds = ("tile(64, 64)", "tile(128, 64)", "tile(64, 128)", "tile(192, 64)", "tile(128, 128); stages(1)",
+                  "tile(128, 128); stages(3)")
+        src = attention_src("sched_small", 2, 2, 64, "f32", "j <= i", None, False) + \
+            f"schedule sched_small for {ARCH} {{ tile(16, 16); }}\n"
+        try:
+            compile_src(kit, tmp, "sched_small", src)
+            rep.expect("tile(16, 16) refused on sm_90a", False, "compiled")
+        except attnc.AttncError as e:
+            rep.expect("tile(16, 16) refused on sm_90a", "multiple of 64" in str(e), str(e)[:110])
+    for sched in scheds:
         tag = re.sub(r"[^0-9]+", "_", sched).strip("_")
         for acc in accs():
             name = f"sched_{tag}_{acc}"
@@ -218,7 +230,7 @@ def attention_cases(rep, kit, tmp, quick):
     slopes = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
     def score(s, b, h, i, j):
         return 30 * torch.tanh(s / 30) + slopes.to(s.dtype)[h] * (j - i)
-    if DT == torch.float16:
+    if F16ACC:
         mod = compile_file(kit, tmp, os.path.join(ROOT, "examples", "softcap_alibi.attn"))
         for N in Ns:
             run_attention(rep, mod, "softcap_alibi", "softcap_alibi", 2, H, H, N, N, 128, "f16", 1 / math.sqrt(128),
@@ -393,7 +405,7 @@ def mlp_cases(rep, kit, tmp, quick):
               lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
     HID, FF = 256, 384
     src = shrink_consts(open(os.path.join(ROOT, "examples", "geglu_bias_mlp.attn")).read(), {"HIDDEN": HID, "FF": FF})
-    geglu_acc = "f16" if DT == torch.float16 else "f32"   # the example is FP16-ACC; bf16 accumulates in f32
+    geglu_acc = "f16" if F16ACC else "f32"   # the example is FP16-ACC; bf16 accumulates in f32
     mod = compile_src(kit, tmp, "geglu_small", src.replace("acc f16", "acc " + geglu_acc))
     for T in Ts:
         x, wg, bg, wu, wd, bd = rnd(T, HID), rnd(HID, FF, scale=HID ** -0.5), rnd(FF), rnd(HID, FF, scale=HID ** -0.5), \
@@ -423,8 +435,10 @@ def mlp_cases(rep, kit, tmp, quick):
     # rows narrower than a block's 128 threads (RMSNorm over 96): the last
     # column slot runs past the row
     DIM, FF = 96, 160
-    src = shrink_consts(open(os.path.join(ROOT, "examples", "decoder_layer.attn")).read(),
-                        {"DIM": DIM, "FF": FF, "HEADS": 2, "KV_HEADS": 1})
+    consts = {"DIM": DIM, "FF": FF, "HEADS": 2, "KV_HEADS": 1}
+    if ARCH == "sm_90a":   # the attention block's head dim a multiple of 64 (wgmma's swizzled panels)
+        consts["HEAD_DIM"] = 64
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "decoder_layer.attn")).read(), consts)
     mod = compile_src(kit, tmp, "decoder_narrow", src)
     for T in (17, 113):
         x, at, wo, nw = rnd(T, DIM), rnd(T, DIM), rnd(DIM, DIM, scale=DIM ** -0.5), rnd(DIM)
@@ -457,7 +471,7 @@ def compile_example(kit, tmp, name):
 
 def accs():
     """The accumulators to test: f16 needs f16 operands."""
-    return ("f32", "f16") if DT == torch.float16 else ("f32",)
+    return ("f32", "f16") if F16ACC else ("f32",)
 
 
 def main():
@@ -465,13 +479,14 @@ def main():
     ap.add_argument("--kit", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80"])
+    ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--only", choices=["attention", "mlp", "emulation", "sanitize"], default=None)
     args = ap.parse_args()
-    global ARCH, DT, DTN
+    global ARCH, DT, DTN, F16ACC
     ARCH, DTN = args.arch, args.dtype
     DT = torch.float16 if DTN == "f16" else torch.bfloat16
+    F16ACC = DT == torch.float16
     os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)
@@ -485,7 +500,7 @@ def main():
         attention_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "mlp"):
         mlp_cases(rep, args.kit, tmp, args.quick)
-    if args.only in (None, "emulation") and DT == torch.float16:
+    if args.only in (None, "emulation") and F16ACC:
         fp16acc_emulation_cases(rep, args.kit, tmp)
     if args.only is None:
         binding_errors(rep, tmp)

@@ -12,7 +12,7 @@
 #include "codegen/lower.h"
 #include "passes/passes.h"
 
-static const CgTarget *const generators[] = {&sm70_target, &sm80_target};
+static const CgTarget *const generators[] = {&sm70_target, &sm80_target, &sm90a_target};
 
 const CgTarget *cg_target(const char *arch) {
     for (size_t i = 0; i < sizeof generators / sizeof *generators; i++)

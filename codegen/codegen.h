@@ -6,7 +6,9 @@
  *   lower.h     the shared lowering of a kernel (llvm.c, scalar.c, layout.c,
  *               smem.c, lower.c) and the interface of a target (CgTarget)
  *   sm70.c      Volta: mma.m8n8k4, register prefetch, P by shuffles
- *   sm80.c      Ampere: mma.m16n8k16, ldmatrix, cp.async
+ *   sm80.c      Ampere: mma.m16n8k16, ldmatrix
+ *   sm90a.c     Hopper: wgmma from 128-byte swizzled shared memory
+ *   copy.c      cp.async copies and waits (sm_80, sm_90a)
  *   ptx.c       LLVM's NVPTX target: O3, then PTX text
  *
  * See doc/codegen.md for the layouts and the manifest format.

@@ -51,7 +51,7 @@ LLVMValueRef cg_call(Cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *ar
 
 /* Inline PTX (volatile): what LLVM 19 has no intrinsic for, and opaque(). */
 LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeRef ret, LLVMValueRef *args, int n) {
-    LLVMTypeRef pt[16];
+    LLVMTypeRef *pt = NEW_ARRAY(cg->a, LLVMTypeRef, (size_t)n + 1);
     for (int i = 0; i < n; i++)
         pt[i] = LLVMTypeOf(args[i]);
     LLVMTypeRef ft = LLVMFunctionType(ret, pt, (unsigned)n, false);

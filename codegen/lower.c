@@ -103,6 +103,12 @@ static void emit_load(Cg *cg, const Op *op) {
             mem_coords(cg, op, m, 1, ci64(cg, 0), ci64(cg, 0), co);
             w->base = gep(cg, m->elem, m->ptr, mem_offset(cg, m, co, &inside));
             w->stride = m->cstrides[m->rank - 2];
+            w->swizzle = m->swizzle;
+            w->panel_rows = m->cdims[m->rank - 2];
+            if (m->swizzle && (rows != w->panel_rows || cols != m->cdims[m->rank - 1])) {
+                cg_err(cg, op, "a swizzled shared tile is read whole (one stage)", NULL);
+                return;
+            }
         } else {
             emit_view_copy(cg, op, m, w);
             Attr *how = op_attr(op, "nv.operand");
@@ -685,7 +691,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         LLVMTypeRef at = LLVMArrayType(LLVMInt8TypeInContext(ctx), 0);
         cg->smem = LLVMAddGlobalInAddressSpace(mod, at, "attnc_smem", 3);
         LLVMSetLinkage(cg->smem, LLVMExternalLinkage);
-        LLVMSetAlignment(cg->smem, 16);
+        LLVMSetAlignment(cg->smem, (unsigned)(target->smem_align ? target->smem_align : 16));
     }
     cg->b = LLVMCreateBuilderInContext(ctx);
     LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(ctx, cg->fn, "entry"));

@@ -23,7 +23,8 @@
  *   layout.c   layouts: positions, coordinates, broadcast owners; values
  *   smem.c     dynamic shared memory (live ranges), box copies through registers
  *   lower.c    the ops (loads, stores, reductions, loops) and the kernel
- *   sm70.c, sm80.c   the targets: MMA fragments, async copies
+ *   copy.c     cp.async box copies into shared stages, and their waits
+ *   sm70.c, sm80.c, sm90a.c   the targets: MMA fragments and operands
  */
 #ifndef ATTNC_LOWER_H
 #define ATTNC_LOWER_H
@@ -52,10 +53,13 @@ typedef struct Dist {
 } Dist;
 
 /* A 2-D window of shared memory holding a tile (row-major, `stride` elements
- * between rows); trans: the tile is the window's transpose. */
+ * between rows; or swizzled, smem_offset); trans: the tile is the window's
+ * transpose. */
 typedef struct View {
     LLVMValueRef base;    /* ptr addrspace(3) to element [0, 0] */
     int64_t stride, rows, cols;
+    int swizzle;          /* 0, or 128: panels of 64 columns, panel_rows × 128 bytes each */
+    int64_t panel_rows;
     bool trans;
     LLVMValueRef *frags;  /* the A fragments, when the target preloaded them */
 } View;
@@ -68,6 +72,7 @@ typedef struct Mem {
     LLVMValueRef ptr;
     LLVMValueRef dims[8], strides[8];   /* i64, in elements */
     int64_t cdims[8], cstrides[8];      /* shared: the same as numbers */
+    int swizzle;                        /* shared: 0, or 128 (the last two dims as smem_offset lays them out) */
 } Mem;
 
 /* An in-flight copy (tile.copy_async): register prefetch holds the loaded
@@ -118,13 +123,22 @@ typedef struct CgTarget {
     /* completes every async copy in flight: before shared memory is reused
      * and before the kernel returns (NULL: copies are synchronous) */
     void (*drain)(Cg *cg);
+    /* wgmma reads shared memory through the async proxy: what threads
+     * store or cp.async copies there needs fence.proxy.async before it */
+    bool async_proxy;
+    int smem_align;   /* of the dynamic shared memory (swizzled tiles: 1024) */
     /* the accumulator's element pairs (i, i + 1) are adjacent columns:
      * 16-bit outputs are stored two at a time (sm_80; on sm_70 the checks
      * cost registers and the pairs are not adjacent) */
     bool pair_stores;
 } CgTarget;
 
-extern const CgTarget sm70_target, sm80_target;
+extern const CgTarget sm70_target, sm80_target, sm90a_target;
+/* m16n8k16's accumulator layout, which wgmma's is per warp (sm80.c) */
+AccLayout mma16_acc_layout(bool acc16);
+void mma16_acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
+/* two 16-bit A-operand elements (of P) as one b32 register */
+LLVMValueRef mma16_pack_a(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k);
 /* The code generator of a target, or NULL (codegen.c). */
 const CgTarget *cg_target(const char *arch);
 
@@ -221,6 +235,11 @@ Mem *as_mem(Cg *cg, const Op *op, const Value *v);
 /* ---- smem.c -------------------------------------------------------------------- */
 
 LLVMValueRef smem_alloc(Cg *cg, int64_t bytes);
+LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align);
+/* i64 element offset of (row, col) in a shared tile: row-major with `stride`,
+ * or swizzle 128 (panels of 64 columns, panel_rows rows each) */
+LLVMValueRef smem_offset(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t stride, int64_t panel_rows, int swizzle);
+void proxy_fence(Cg *cg);   /* fence.proxy.async, where the target's MMA reads through the async proxy */
 void smem_release(Cg *cg, int index);
 void note_uses(Cg *cg, const Op *op, int index);
 void emit_alloc(Cg *cg, const Op *op);
@@ -229,8 +248,14 @@ int copy_vec(const Mem *m, int64_t cols, int inner_axis_dim, int64_t inner_size)
 LLVMValueRef box_vector(Cg *cg, const Token *t, int j, LLVMValueRef *row, LLVMValueRef *col);
 Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t rows, int64_t cols,
                 int64_t inner_size);
-void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride);
+void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride, int64_t panel_rows, int swizzle);
 void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
+
+/* ---- copy.c (cp.async: sm_80, sm_90a) ------------------------------------------- */
+
+void cp_async_copy(Cg *cg, const Op *op);
+void cp_async_wait(Cg *cg, const Op *op);
+void cp_async_drain(Cg *cg);
 
 /* ---- lower.c ------------------------------------------------------------------- */
 

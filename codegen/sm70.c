@@ -242,7 +242,7 @@ static void emit_wait(Cg *cg, const Op *op) {
     if (t->dst->cdims[0] < 2)   /* one stage: others may still read it */
         cg_barrier(cg);
     LLVMValueRef base = gep(cg, SK_F16, t->dst->ptr, mul(cg, t->stage, ci64(cg, t->dst->cstrides[0])));
-    land(cg, t, base, t->dst->cstrides[1]);
+    land(cg, t, base, t->dst->cstrides[1], t->dst->cdims[1], 0);
     cg_barrier(cg);
 }
 

@@ -24,12 +24,12 @@
 
 /* ---- the accumulator layout --------------------------------------------------- */
 
-static AccLayout acc_layout(bool acc16) {
+AccLayout mma16_acc_layout(bool acc16) {
     (void)acc16;   /* the f16 accumulator packs the same elements in pairs */
     return (AccLayout){.row_bits = 2, .col_bits = 5, .row_lanes = 3, .col_lanes = 28};
 }
 
-static void acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col) {
+void mma16_acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col) {
     int i = p.i;
     *row = *col = ci64(cg, 0);
     if (rows != 1) {   /* g + 8·((i >> 1) & 1) */
@@ -137,7 +137,7 @@ static LLVMValueRef round_pack_b32(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, Sca
 
 /* P's A fragment: two 16-bit values, which are usually f32 scores just
  * rounded (arith.cast): then one paired rounding instead of two and a move. */
-static LLVMValueRef pack_operand(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k) {
+LLVMValueRef mma16_pack_a(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k) {
     if (LLVMIsAInstruction(lo) && LLVMIsAInstruction(hi) && LLVMGetInstructionOpcode(lo) == LLVMFPTrunc &&
         LLVMGetInstructionOpcode(hi) == LLVMFPTrunc) {
         LLVMValueRef x = LLVMGetOperand(lo, 0), y = LLVMGetOperand(hi, 0);
@@ -210,7 +210,7 @@ static void emit_dot(Cg *cg, const Op *op) {
             if (p) {   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) are a0..a3 */
                 for (int j = 0; j < 4; j++) {
                     LLVMValueRef x = dist_get(cg, p, (Pos){a, ks, 2 * j}), y = dist_get(cg, p, (Pos){a, ks, 2 * j + 1});
-                    afr[a][j] = pack_operand(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
+                    afr[a][j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
                 }
             } else if (a_pre) {
                 for (int j = 0; j < 4; j++)
@@ -252,143 +252,14 @@ static void emit_dot(Cg *cg, const Op *op) {
     cv_put(cg, op->results[0], cv_dist(cg, r));
 }
 
-/* ---- cp.async ---------------------------------------------------------------------- */
-
-/* The common case of a box copy: every thread issues n vectors (no thread
- * idle) at one column, rows threads/per_row apart, and the source's row
- * stride is a constant. Then vector j's addresses are vector 0's plus
- * constants, written into the instruction as immediate offsets (inline PTX):
- * two registers for all of a thread's copies instead of two per copy, which
- * is what made head dim 128 spill. Rows outside the tensor copy 0 bytes and
- * zero-fill (CUTLASS's zfill): nothing is read there, so the address is left
- * as computed. False when the case does not apply. */
-static bool copy_with_offsets(Cg *cg, const Op *op, const Mem *src, const Mem *dst, const Token *t, LLVMValueRef base,
-                              int n, int bytes) {
-    Attr *dims = op_attr(op, "dims");
-    int64_t per_row = t->cols / t->vec, total = t->rows * per_row;
-    int row_dim = (int)dims->elems[0]->i;
-    if (total % cg->threads || cg->threads % per_row || row_dim < 0 || !LLVMIsAConstantInt(src->strides[row_dim]))
-        return false;
-    int64_t rows_apart = cg->threads / per_row;
-    int64_t src_step = rows_apart * LLVMConstIntGetSExtValue(src->strides[row_dim]) * esize(src->elem);
-    int64_t dst_step = rows_apart * dst->cstrides[1] * esize(src->elem);
-    LLVMValueRef row, col, co[8], inside;
-    box_vector(cg, t, 0, &row, &col);
-    mem_coords(cg, op, src, 3, row, col, co);
-    LLVMValueRef off = mem_offset(cg, src, co, &inside);
-    LLVMValueRef d0 = LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
-                                        cg->i32, "");
-    LLVMValueRef s0 = LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, src->ptr, off), cg->i64, "");
-    /* only the row moves: vector j is inside while j·rows_apart rows remain
-     * (one register for all, not a row index per vector) */
-    LLVMValueRef room = LLVMBuildSub(cg->b, src->dims[row_dim], co[row_dim], "");
-    LLVMValueRef inside0 = inside;
-    for (int j = 0; j < n; j++) {
-        if (j > 0)
-            inside = LLVMBuildAnd(cg->b, inside0,
-                                  LLVMBuildICmp(cg->b, LLVMIntSGT, room, ci64(cg, j * rows_apart), ""), "");
-        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0+%lld], [$1+%lld], %d, $2;",
-                                        bytes == 16 ? "cg" : "ca", (long long)(j * dst_step),
-                                        (long long)(j * src_step), bytes);
-        LLVMValueRef args[3] = {d0, s0, LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), "")};
-        cg_asm(cg, text, "r,l,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 3);
-    }
-    return true;
-}
-
-static void emit_copy_async(Cg *cg, const Op *op) {
-    Mem *src, *dst;
-    if (!copy_operands(cg, op, "cp.async", &src, &dst))
-        return;
-    if (dst->rank != 3 || esize(src->elem) != 2 || dst->elem != src->elem) {
-        cg_err(cg, op, "tile.copy_async is supported for 16-bit boxes into [stages, rows, cols] buffers", NULL);
-        return;
-    }
-    /* The stage written now was read in the previous iteration: every warp
-     * must be done with it. The double-buffer pass issues a loop's copies
-     * right after a tile.wait, whose barrier does; elsewhere, one barrier for
-     * a run of copies. */
-    if (!op->prev || (op->prev->kind != OP_COPY_ASYNC && op->prev->kind != OP_WAIT))
-        cg_barrier(cg);
-    Attr *dims = op_attr(op, "dims");
-    Token *t = NEW(cg->a, Token);
-    t->dst = dst;
-    t->stage = as_scalar(cg, op, op->operands[2]);
-    t->rows = dst->cdims[1];
-    t->cols = dst->cdims[2];
-    t->elem = src->elem;
-    t->vec = copy_vec(src, t->cols, (int)dims->elems[1]->i, inner_size_of(op->operands[0]));
-    LLVMValueRef base = gep(cg, dst->elem, dst->ptr, mul(cg, t->stage, ci64(cg, dst->cstrides[0])));
-    if (t->vec < 2) {   /* 2-byte pieces: cp.async moves 4, 8 or 16 bytes; copy through registers now */
-        Token *r = prefetch(cg, op, src, 3, t->rows, t->cols, inner_size_of(op->operands[0]));
-        land(cg, r, base, dst->cstrides[1]);
-    } else {
-        int64_t total = t->rows * t->cols / t->vec;
-        int n = (int)((total + cg->threads - 1) / cg->threads);
-        int bytes = t->vec * esize(src->elem);
-        if (copy_with_offsets(cg, op, src, dst, t, base, n, bytes))
-            goto committed;
-        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0], [$1], %d, $2;",
-                                        bytes == 16 ? "cg" : "ca", bytes);
-        for (int j = 0; j < n; j++) {
-            LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
-            LLVMValueRef co[8], inside;
-            mem_coords(cg, op, src, 3, row, col, co);
-            LLVMValueRef off = mem_offset(cg, src, co, &inside);
-            LLVMBasicBlockRef join = NULL;
-            if (total % cg->threads)
-                join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
-            /* outside the tensor the source size is 0: cp.async reads
-             * nothing and zero-fills (CUTLASS's zfill), so the address is
-             * left as computed, no select */
-            LLVMValueRef args[3] = {
-                LLVMBuildPtrToInt(cg->b, gep(cg, src->elem, base, add(cg, mul(cg, row, ci64(cg, dst->cstrides[1])), col)),
-                                  cg->i32, ""),
-                gep(cg, src->elem, src->ptr, off),
-                LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), ""),   /* 0: zero-fill */
-            };
-            cg_asm(cg, text, "r,l,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 3);
-            if (join)
-                if_end(cg, join);
-        }
-    }
-committed:
-    /* one group per copy, empty for a copy made through registers: the
-     * counts of nv.pending hold */
-    cg_call(cg, "llvm.nvvm.cp.async.commit.group", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-    cg->async = true;
-    Cv *c = NEW(cg->a, Cv);
-    c->kind = CV_TOKEN;
-    c->tok = t;
-    cv_put(cg, op->results[0], c);
-}
-
-static void emit_wait(Cg *cg, const Op *op) {
-    if (!wait_token(cg, op))
-        return;
-    Attr *pending = op_attr(op, "nv.pending");
-    if (!pending || pending->kind != AT_INT) {
-        cg_err(cg, op, "internal error: tile.wait has no nv.pending (run sm80-layout)", NULL);
-        return;
-    }
-    LLVMValueRef younger = ci32(cg, pending->i);   /* the younger groups that may stay in flight */
-    cg_call(cg, "llvm.nvvm.cp.async.wait.group", LLVMVoidTypeInContext(cg->ctx), &younger, 1);
-    cg_barrier(cg);
-}
-
-static void drain(Cg *cg) {
-    if (cg->async)
-        cg_call(cg, "llvm.nvvm.cp.async.wait.all", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-}
-
 const CgTarget sm80_target = {
     .name = "sm_80",
-    .acc_layout = acc_layout,
-    .acc_coords = acc_coords,
+    .acc_layout = mma16_acc_layout,
+    .acc_coords = mma16_acc_coords,
     .dot = emit_dot,
     .preload_a = preload_a,
-    .copy_async = emit_copy_async,
-    .wait = emit_wait,
-    .drain = drain,
+    .copy_async = cp_async_copy,
+    .wait = cp_async_wait,
+    .drain = cp_async_drain,
     .pair_stores = true,
 };

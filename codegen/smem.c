@@ -9,14 +9,14 @@
  * last use there; NULL: freed by the caller). Memory that another buffer used
  * before is reused only after a barrier: other warps may still read it (and,
  * with asynchronous copies, after those in flight have landed). */
-LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) {
+LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
     bytes = (bytes + 15) & ~(int64_t)15;
     int64_t off = 0;
     for (bool moved = true; moved;) {
         moved = false;
         for (int i = 0; i < cg->nlive; i++)
             if (off < cg->live[i].off + cg->live[i].size && cg->live[i].off < off + bytes) {
-                off = cg->live[i].off + cg->live[i].size;
+                off = (cg->live[i].off + cg->live[i].size + align - 1) / align * align;
                 moved = true;
             }
     }
@@ -31,6 +31,29 @@ LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) {
         cg->live[cg->nlive++] = (struct Live){off, bytes, cg->owner};
     LLVMValueRef o = ci64(cg, off);
     return LLVMBuildGEP2(cg->b, LLVMInt8TypeInContext(cg->ctx), cg->smem, &o, 1, "");
+}
+
+LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) { return smem_alloc_aligned(cg, bytes, 16); }
+
+/* Swizzle 128 (16-bit elements; sm_90a's wgmma operands): the tile is cut
+ * into panels of 64 columns, each panel_rows rows of 128 bytes, and 16-byte
+ * chunk c of row r lies at chunk c ^ (r % 8) — what TMA's SWIZZLE_128B
+ * writes and a 128-byte-swizzle wgmma descriptor reads. The XOR acts on
+ * address bits, so panels start 1024-byte aligned (panel_rows a multiple of
+ * 8, the buffer aligned so). */
+LLVMValueRef smem_offset(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t stride, int64_t panel_rows, int swizzle) {
+    if (!swizzle)
+        return add(cg, mul(cg, row, ci64(cg, stride)), col);
+    LLVMValueRef panel = LLVMBuildLShr(cg->b, col, ci64(cg, 6), "");
+    LLVMValueRef chunk = LLVMBuildXor(cg->b, LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, col, ci64(cg, 3), ""), ci64(cg, 7), ""),
+                                      LLVMBuildAnd(cg->b, row, ci64(cg, 7), ""), "");
+    LLVMValueRef off = add(cg, mul(cg, panel, ci64(cg, panel_rows * 64)), mul(cg, row, ci64(cg, 64)));
+    return add(cg, add(cg, off, LLVMBuildShl(cg->b, chunk, ci64(cg, 3), "")), LLVMBuildAnd(cg->b, col, ci64(cg, 7), ""));
+}
+
+void proxy_fence(Cg *cg) {
+    if (cg->target->async_proxy)
+        cg_asm(cg, "fence.proxy.async.shared::cta;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
 }
 
 /* Frees the buffers whose owners are dead after top-level op `index`
@@ -60,17 +83,19 @@ void note_uses(Cg *cg, const Op *op, int index) {
 /* ---- shared memory, register prefetch -------------------------------------------- */
 
 /* Row-major strides; f16 rows padded to `row_stride` (sm70-layout's choice),
- * others by 16 bytes. */
-static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride) {
+ * others by 16 bytes; or swizzled (the strides of the last two dims are
+ * then nominal: smem_offset places them). */
+static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride, int swizzle) {
     Mem *m = NEW(cg->a, Mem);
     m->elem = t->elem;
     m->shared = true;
     m->rank = t->rank;
+    m->swizzle = swizzle;
     int64_t s = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
         m->cdims[d] = t->dims[d].size;
         m->cstrides[d] = s;
-        if (d == t->rank - 1 && t->rank >= 2)
+        if (d == t->rank - 1 && t->rank >= 2 && !swizzle)
             s = row_stride > 0 ? row_stride : t->dims[d].size + 16 / esize(t->elem);
         else
             s *= t->dims[d].size;
@@ -79,7 +104,7 @@ static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride) {
         m->dims[d] = ci64(cg, m->cdims[d]);
         m->strides[d] = ci64(cg, m->cstrides[d]);
     }
-    m->ptr = smem_alloc(cg, s * esize(t->elem));
+    m->ptr = smem_alloc_aligned(cg, s * esize(t->elem), swizzle ? 1024 : 16);
     return m;
 }
 
@@ -93,8 +118,13 @@ void emit_alloc(Cg *cg, const Op *op) {
     Cv *c = NEW(cg->a, Cv);
     c->kind = CV_MEM;
     cg->owner = op->results[0];
-    Attr *stride = op_attr(op, "nv.row_stride");
-    c->mem = shared_mem(cg, t, stride ? stride->i : 0);
+    Attr *stride = op_attr(op, "nv.row_stride"), *swizzle = op_attr(op, "nv.swizzle");
+    if (swizzle && (swizzle->i != 128 || esize(t->elem) != 2 || t->rank < 2 || t->dims[t->rank - 1].size % 64 ||
+                    t->dims[t->rank - 2].size % 8)) {
+        cg_err(cg, op, "internal error: nv.swizzle 128 needs 16-bit tiles of 8k rows and 64k columns", NULL);
+        return;
+    }
+    c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
     cg->owner = NULL;
     cv_put(cg, op->results[0], c);
 }
@@ -151,12 +181,12 @@ Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t r
 }
 
 /* Stores a prefetched box into rows×cols of shared memory at base (row stride
- * `stride` elements). */
-void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride) {
+ * `stride` elements, or swizzled: smem_offset). */
+void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride, int64_t panel_rows, int swizzle) {
     int64_t total = t->rows * t->cols / t->vec;
     for (int j = 0; j < t->nregs; j++) {
         LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
-        LLVMValueRef off = add(cg, mul(cg, row, ci64(cg, stride)), col);
+        LLVMValueRef off = smem_offset(cg, row, col, stride, panel_rows, swizzle);
         LLVMBasicBlockRef join = NULL;
         if (total % cg->threads)
             join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""));
@@ -176,13 +206,18 @@ int64_t inner_size_of(const Value *mem) {
 /* A global tile feeding a dot: copied once into a shared scratch (through
  * registers, with a barrier: the dots of every warp read it). */
 void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
-    int64_t stride = op_attr(op, "nv.row_stride")->i;
+    Attr *sw = op_attr(op, "nv.swizzle");
+    int swizzle = sw ? (int)sw->i : 0;
+    int64_t stride = swizzle ? w->cols : op_attr(op, "nv.row_stride")->i;
     cg->owner = op->results[0];
-    LLVMValueRef base = smem_alloc(cg, w->rows * stride * 2);
+    LLVMValueRef base = smem_alloc_aligned(cg, w->rows * stride * 2, swizzle ? 1024 : 16);
     cg->owner = NULL;
     Token *t = prefetch(cg, op, m, 1, w->rows, w->cols, inner_size_of(op->operands[0]));
-    land(cg, t, base, stride);
+    land(cg, t, base, stride, w->rows, swizzle);
+    proxy_fence(cg);   /* the stores, before wgmma reads them */
     cg_barrier(cg);
     w->base = base;
     w->stride = stride;
+    w->swizzle = swizzle;
+    w->panel_rows = w->rows;
 }

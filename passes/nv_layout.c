@@ -44,6 +44,17 @@
  *                              lanes' pieces (to the interpreter: the value
  *                              as it is)
  *
+ * sm90a-layout (Hopper, wgmma) shares sm80-layout's decisions but for the
+ * operands: wgmma reads A (unless P, from registers) and B from shared memory
+ * through descriptors, so every 16-bit shared tile is laid out in 128-byte
+ * swizzled panels of 64 columns (nv.swizzle = 128, no row padding), and each
+ * warpgroup (4 warps, 64 rows) issues its own wgmma:
+ *   tile.dot       nv.mma      "wgmma.m64n<N>k16.<acc>.<ab>"
+ *                  nv.a        "smem" (K-major) | "registers" (P)
+ *                  nv.b        "smem" ([N, K] in memory: K-major) |
+ *                              "smem.trans" ([K, N]: MN-major)
+ *   tile.alloc, tile.load "scratch"   nv.swizzle  128
+ *
  * Refuses what the target cannot do: bf16 on sm_70 (no bf16 MMA), an f16
  * accumulator with bf16 operands, row tiles that are not a multiple of 16.
  */
@@ -54,7 +65,7 @@
 #include "passes/passes.h"
 #include "passes/target.h"
 
-typedef enum { SM70, SM80 } Gen;
+typedef enum { SM70, SM80, SM90 } Gen;
 
 typedef struct Lower {
     PassContext *ctx;
@@ -290,6 +301,14 @@ static void annotate_dot(const Lower *l, Op *op) {
     Arena *a = l->ctx->arena;
     const char *al = operand_layout(op->operands[0]), *bl = operand_layout(op->operands[1]);
     const char *acc = op->results[0]->type->elem == SK_F16 ? "f16" : "f32";
+    if (l->gen == SM90) {   /* wgmma: "row" A is K-major; B is K-major when stored [N, K] ("col") */
+        op_set_attr(a, op, "nv.a", attr_str(a, !*al ? "registers" : strcmp(al, "row") == 0 ? "smem" : "smem.trans"));
+        op_set_attr(a, op, "nv.b", attr_str(a, strcmp(bl, "col") == 0 ? "smem" : "smem.trans"));
+        op_set_attr(a, op, "nv.mma", attr_str(a, arena_printf(a, "wgmma.m64n%lldk16.%s.%s",
+                                                               (long long)op->results[0]->type->dims[1].size, acc,
+                                                               scalar_name(op->operands[1]->type->elem))));
+        return;
+    }
     if (l->gen == SM70) {
         op_set_attr(a, op, "nv.a", attr_str(a, *al ? "smem" : "shuffle"));
         op_set_attr(a, op, "nv.mma", attr_str(a, arena_printf(a, "m8n8k4.%s.%s.%s", *al ? al : "row",
@@ -332,14 +351,18 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                 bool frags = !shared && l->gen == SM80 && only_dot_uses(top, op->results[0], true) &&
                              fits_in_fragments(l, op->results[0]->type);
                 op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : frags ? "fragments" : "scratch"));
-                if (!shared)
+                if (!shared && l->gen == SM90)
+                    op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
+                else if (!shared)
                     op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, op->results[0]->type->dims[1].size)));
             }
             break;
         case OP_ALLOC: {
             const Type *t = op->results[0]->type;
-            if ((l->gen == SM70 ? t->elem == SK_F16 : is_16bit(t->elem)) && t->rank >= 2 &&
-                !t->dims[t->rank - 1].sym)
+            if (l->gen == SM90 && is_16bit(t->elem) && t->rank >= 2)
+                op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
+            else if ((l->gen == SM70 ? t->elem == SK_F16 : is_16bit(t->elem)) && t->rank >= 2 &&
+                     !t->dims[t->rank - 1].sym)
                 op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, t->dims[t->rank - 1].size)));
             break;
         }
@@ -465,6 +488,27 @@ static void partial_row_sums(Arena *a, Op *launch) {
     join_partials(&p, launch->regions[0].blocks[0]);
 }
 
+/* sm_90a: the first 16-bit shared tile (a buffer, or a global tile the dots
+ * read through shared memory) that 128-byte swizzled panels of 64 columns
+ * cannot hold, or NULL. */
+static const Op *narrow_shared_tile(const Lower *l, const Block *top, const Block *blk) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        const Type *t = op->results && op->nresults ? op->results[0]->type : NULL;
+        if ((op->kind == OP_ALLOC && is_16bit(t->elem) && t->rank >= 2 &&
+             (t->dims[t->rank - 1].sym || t->dims[t->rank - 1].size % 64 || t->dims[t->rank - 2].size % 8)) ||
+            (op->kind == OP_LOAD && op->operands[0]->type->space != AS_SHARED && is_dot_operand_load(l, top, op) &&
+             t->dims[1].size % 64))
+            return op;
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++) {
+                const Op *bad = narrow_shared_tile(l, top, op->regions[r].blocks[k]);
+                if (bad)
+                    return bad;
+            }
+    }
+    return NULL;
+}
+
 static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;
     const Block *body = launch->regions[0].blocks[0];
@@ -518,6 +562,25 @@ static bool layout_launch(const Lower *l, Op *launch) {
         if (l->gen == SM80 && rows == 128 && (s.carried_cols + s.dot_cols > 128 || s.gathers_per_score))
             warps = 8;
         Attr *hint = op_attr(launch, "warps");   /* the schedule's warps(N) */
+        if (l->gen == SM90) {   /* a warpgroup (4 warps) per 64 rows, each warp 16 */
+            const Op *narrow = narrow_shared_tile(l, body, body);
+            const char *why =
+                rows % 64 ? arena_printf(ctx->arena, "the row tile (%lld) must be a multiple of 64 (a warpgroup's wgmma "
+                                                     "covers 64 rows)", (long long)rows)
+                : hint && hint->i != rows / 16
+                    ? arena_printf(ctx->arena, "warps(%lld): a %lld-row tile takes %lld warps (a warpgroup per 64 rows)",
+                                   (long long)hint->i, (long long)rows, (long long)(rows / 16))
+                : narrow ? "wgmma reads shared tiles in 128-byte swizzled panels of 64 columns: the head dim (or "
+                           "a schedule's tile width) must be a multiple of 64"
+                         : NULL;
+            if (why) {
+                op_diag(ctx->diag, NULL, narrow && !(rows % 64) ? narrow : launch,
+                        arena_printf(ctx->arena, "%s codegen: %s", l->t->name, why));
+                return false;
+            }
+            warps = (int)(rows / 16);
+            hint = NULL;
+        }
         if (hint) {
             if (rows % (16 * hint->i)) {
                 op_diag(ctx->diag, NULL, launch,
@@ -541,7 +604,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
     annotate(l, body, body);   /* in order: a dot's loads come before it */
     if (s.dots)
         partial_row_sums(a, launch);
-    if (l->gen == SM80) {
+    if (l->gen != SM70) {
         Map group;
         map_init(&group, false);
         int count = 0;
@@ -572,5 +635,10 @@ bool pass_sm70_layout(Op *module, PassContext *ctx) {
 
 bool pass_sm80_layout(Op *module, PassContext *ctx) {
     Lower l = {ctx, SM80, target_lookup("sm_80"), 1};
+    return walk(&l, op_body(module));
+}
+
+bool pass_sm90a_layout(Op *module, PassContext *ctx) {
+    Lower l = {ctx, SM90, target_lookup("sm_90a"), 1};
     return walk(&l, op_body(module));
 }

@@ -75,5 +75,6 @@ bool pass_test_pending_plus_one(Op *module, PassContext *ctx);    /* wrong on pu
 /* Target lowering: the last pass of a target's pipeline. */
 bool pass_sm70_layout(Op *module, PassContext *ctx);
 bool pass_sm80_layout(Op *module, PassContext *ctx);
+bool pass_sm90a_layout(Op *module, PassContext *ctx);
 
 #endif

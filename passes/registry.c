@@ -20,6 +20,7 @@ static const Pass registry[] = {
     {"test-pending-plus-one", "(tests only) leave one more cp.async copy in flight at every tile.wait", pass_test_pending_plus_one},
     {"sm70-layout", "tile IR -> sm_70 target IR: register layouts, operand paths and mma shapes as nv.* attributes", pass_sm70_layout},
     {"sm80-layout", "tile IR -> sm_80 target IR: mma.m16n8k16 layouts, ldmatrix operands, cp.async copies", pass_sm80_layout},
+    {"sm90a-layout", "tile IR -> sm_90a target IR: wgmma operands in swizzled shared memory, cp.async copies", pass_sm90a_layout},
 };
 
 const Pass *pass_lookup(const char *name) {

@@ -225,9 +225,12 @@ static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
         op_set_attr(ctx->arena, launch, "warps", attr_int(ctx->arena, w->i));
 }
 
-/* Defaults per target: query rows x key rows for attention, M x N x K for GEMMs. */
-static int64_t default_tile(const char *arch, bool attention, int axis) {
+/* Defaults per target: query rows x key rows for attention (the key rows
+ * may depend on the head dim D), M x N x K for GEMMs. */
+static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D) {
     const Target *t = target_lookup(arch);
+    if (attention && axis == 1 && t->attn_keys_d64 && D <= 64)
+        return t->attn_keys_d64;
     return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
 }
 
@@ -237,9 +240,9 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     const Type *a = g->operands[0]->type, *rt = g->results[0]->type;
     if (a->rank != 2)
         return true;   /* batched A: left as it is */
-    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0));
-    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1));
-    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2));
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0));
+    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0));
+    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0));
     int n = (int)op_attr(g, "num_b")->i, nin = g->noperands;
     ScalarKind acc = op_attr(g, "acc")->type->elem;
     const Block *epi = g->regions[0].blocks[0];
@@ -423,8 +426,9 @@ static int key_segments(Builder *b, const Op *att, Value *r0, int64_t BM, int64_
 static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
     AttnTile t = {0};
-    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0));
-    t.BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, true, 1));
+    int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
+    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D));
+    t.BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, true, 1, D));
     t.acc = op_attr(att, "acc")->type->elem;
     t.dt = qt->elem;
     t.scale = op_attr(att, "scale")->f;

@@ -1,8 +1,8 @@
 #!/bin/sh
 # check-ptxas.sh ATTNC PTXAS EXAMPLES_DIR ARCH
-# Compiles every example for ARCH (sm_70, sm_80) and assembles the PTX with a
-# CUDA 12 ptxas; prints per kernel: registers, spill bytes, shared memory.
-# Fails if attnc or ptxas fails, or if the PTX touches local memory.
+# Compiles every example for ARCH (sm_70, sm_80, sm_90a) and assembles the
+# PTX with a CUDA 12 ptxas; prints per kernel: registers, spill bytes, shared
+# memory. Fails if attnc or ptxas fails, or if the PTX touches local memory.
 set -e
 attnc=$1 ptxas=$2 dir=$3 arch=$4
 tmp=${TMPDIR:-/tmp}/attnc-ptxas.$$

@@ -1,24 +1,32 @@
 #!/bin/sh
-# check-sass.sh ATTNC PTXAS13 CUOBJDUMP EXAMPLES_DIR SASS_CHECK...
-# Compiles every example for sm_80, assembles it for the H200 (ptxas
-# -arch=sm_90, as the driver does with sm_80 PTX there) and reads the SASS:
-# per kernel the local memory (spills) inside loops and, for the attention
-# examples, the MMA, ldmatrix and cp.async counts. Fails if an attention
-# kernel lacks one, or any kernel spills in a loop.
+# check-sass.sh ARCH ATTNC PTXAS13 CUOBJDUMP EXAMPLES_DIR SASS_CHECK...
+# Compiles every example for ARCH (sm_80 or sm_90a), assembles it for the
+# H200 (sm_80 PTX with ptxas -arch=sm_90, as the driver does there) and
+# reads the SASS: per kernel the local memory (spills) inside loops and, for
+# the attention examples, the counts of the instructions the target must
+# use (sm_80: HMMA.16816, LDSM, LDGSTS; sm_90a: HGMMA, LDGSTS). Fails if an
+# attention kernel lacks one, or any kernel spills in a loop (after all
+# examples are checked).
 set -e
-attnc=$1 ptxas=$2 cuobjdump=$3 dir=$4
-shift 4
+arch=$1 attnc=$2 ptxas=$3 cuobjdump=$4 dir=$5
+shift 5
+case $arch in
+  sm_80) sass_arch=sm_90 need="--need HMMA.16816 --need LDSM --need LDGSTS" ;;
+  sm_90a) sass_arch=sm_90a need="--need HGMMA --need LDGSTS" ;;
+  *) echo "check-sass.sh: unknown arch $arch"; exit 2 ;;
+esac
 tmp=${TMPDIR:-/tmp}/attnc-sass.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 for f in "$dir"/*.attn; do
   n=$(basename "$f" .attn)
-  "$attnc" "$f" -arch sm_80 -o "$tmp/$n.ptx"
-  "$ptxas" -arch=sm_90 "$tmp/$n.ptx" -o "$tmp/$n.cubin"
+  "$attnc" "$f" -arch "$arch" -o "$tmp/$n.ptx"
+  "$ptxas" -arch=$sass_arch "$tmp/$n.ptx" -o "$tmp/$n.cubin"
   "$cuobjdump" -sass "$tmp/$n.cubin" > "$tmp/$n.sass"
-  case $n in   # the attention examples (one kernel each) use every sm_80 feature
+  case $n in   # the attention examples (one kernel each) use every feature of the target
     mha|gqa_causal|softcap_alibi|sliding_window|document_mask|cross_attention)
-      "$@" --need HMMA.16816 --need LDSM --need LDGSTS < "$tmp/$n.sass" ;;
-    *) "$@" < "$tmp/$n.sass" ;;
+      "$@" $need < "$tmp/$n.sass" || failed=1 ;;
+    *) "$@" < "$tmp/$n.sass" || failed=1 ;;
   esac
 done
+exit ${failed:-0}

@@ -1,0 +1,240 @@
+/* sm90a.c — Hopper (sm_90a): tile.dot on wgmma.mma_async, behind lower.h's
+ * CgTarget. It emits what passes/nv_layout.c's sm90a-layout decided
+ * (doc/codegen.md). This is the first step of the Hopper generator: the
+ * kernel is the sm_80 one (cp.async stages from the double-buffering pass,
+ * every warp a consumer) with its MMAs on wgmma; TMA, mbarriers and warp
+ * specialisation come next.
+ *
+ *   accumulator  wgmma's, which per warp is m16n8k16's (sm80.c): warp w of
+ *                a warpgroup holds rows 16w..16w+15 of the warpgroup's 64,
+ *                register d[4n + j] of n8 tile n is element j of that tile
+ *   tile.dot     each warpgroup issues m64nNk16 for its 64 rows (N up to
+ *                256 a instruction): A from shared memory (a descriptor) or,
+ *                for P, from the accumulator registers as they are (RS); B
+ *                from shared memory, K-major (K stored [N, K]) or MN-major
+ *                (V stored [K, N], transposed by the instruction). Operands
+ *                lie in 128-byte swizzled panels of 64 columns (smem.c's
+ *                smem_offset). fence, the k-steps, commit, wait 0: the dot
+ *                is synchronous to the code around it.
+ *   copies       cp.async (copy.c) into the swizzled stages, and
+ *                fence.proxy.async before the barrier that publishes them:
+ *                wgmma reads shared memory through the async proxy.
+ *
+ * f16 and bf16 operands; f32 accumulators, or f16 (pairs in b32 registers)
+ * for f16 operands.
+ */
+#include <string.h>
+
+#include "codegen/lower.h"
+
+/* The first row of this thread's warpgroup, as i64: 64 · (warp / 4). */
+static LLVMValueRef warpgroup_row(Cg *cg) {
+    return zext64(cg, LLVMBuildShl(cg->b, LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), ""), ci32(cg, 6), ""));
+}
+
+/* A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA,
+ * "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading
+ * byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset
+ * 0 in 49-51 (panels are 1024-byte aligned), swizzle mode 1 in 62-63. A
+ * byte offset inside the tile is added later as offset >> 4 (the address
+ * field cannot carry over: shared memory ends below 2^18). */
+static LLVMValueRef descriptor(Cg *cg, LLVMValueRef addr, int64_t lbo, int64_t sbo) {
+    LLVMValueRef a32 = LLVMBuildPtrToInt(cg->b, addr, cg->i32, "");
+    LLVMValueRef lo = zext64(cg, LLVMBuildLShr(cg->b, LLVMBuildAnd(cg->b, a32, ci32(cg, 0x3FFFF), ""), ci32(cg, 4), ""));
+    unsigned long long hi = ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+    return LLVMBuildOr(cg->b, lo, LLVMConstInt(cg->i64, hi, false), "");
+}
+
+static LLVMValueRef desc_plus(Cg *cg, LLVMValueRef desc, int64_t bytes) {
+    return bytes ? add(cg, desc, ci64(cg, bytes >> 4)) : desc;
+}
+
+/* An operand in shared memory, as a descriptor at k-step 0 and the byte
+ * offset of each further k-step. K-major (the operand's rows are its M or N,
+ * its columns K): the rows of 128 bytes, 8-row groups 1024 apart (stride
+ * offset), a k-step 32 bytes along the row, a new panel every 4. MN-major
+ * (rows are K): a k-step is 16 rows (2048 bytes), the panels of 64 M/N
+ * columns panel_rows · 128 apart (leading offset). first: the operand's
+ * first M/N index (this warpgroup's rows of A; a chunk of B's columns). */
+typedef struct Operand {
+    LLVMValueRef desc;
+    bool mn_major;
+    int64_t panel_bytes;
+} Operand;
+
+static Operand operand(Cg *cg, const View *w, bool mn_major, LLVMValueRef first) {
+    Operand o = {.mn_major = mn_major, .panel_bytes = w->panel_rows * 128};
+    LLVMValueRef base = w->base;
+    if (!mn_major)   /* row `first` (a multiple of 8) of every panel */
+        base = gep(cg, SK_F16, base, mul(cg, first, ci64(cg, 64)));
+    else             /* panel first / 64 */
+        base = gep(cg, SK_F16, base, mul(cg, LLVMBuildLShr(cg->b, first, ci64(cg, 6), ""), ci64(cg, w->panel_rows * 64)));
+    o.desc = descriptor(cg, base, mn_major ? o.panel_bytes : 16, 1024);
+    return o;
+}
+
+static LLVMValueRef operand_at(Cg *cg, const Operand *o, int ks) {
+    return desc_plus(cg, o->desc, o->mn_major ? 2048 * ks : (ks / 4) * o->panel_bytes + 32 * (ks % 4));
+}
+
+/* One wgmma.mma_async m64n<n>k16: acc (this thread's n/2 f32, or n/4 b32
+ * f16 pairs: acc16) += A·B. a: a descriptor (SS) or four b32 registers
+ * (RS, a_regs). scale_d false: the accumulator's old value is ignored (a
+ * fresh dot; acc may be undef). */
+static void wgmma(Cg *cg, int n, ScalarKind ek, bool acc16, LLVMValueRef *acc, LLVMValueRef a_desc,
+                  LLVMValueRef *a_regs, LLVMValueRef b_desc, bool scale_d, bool trans_a, bool trans_b) {
+    int nacc = acc16 ? n / 4 : n / 2, nin = a_regs ? 4 : 1;
+    LLVMTypeRef at = acc16 ? cg->i32 : cg->f32;
+    StrBuf text, cons;
+    strbuf_open(&text);
+    strbuf_open(&cons);
+    const char *ab = scalar_name(ek);
+    fprintf(text.f, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\nwgmma.mma_async.sync.aligned.m64n%dk16.%s.%s.%s {",
+            nacc + nin + 1, n, acc16 ? "f16" : "f32", ab, ab);
+    for (int i = 0; i < nacc; i++)
+        fprintf(text.f, "%s$%d", i ? ", " : "", i);
+    if (a_regs)
+        fprintf(text.f, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n}", nacc, nacc + 1, nacc + 2, nacc + 3, nacc + 4,
+                trans_b);
+    else
+        fprintf(text.f, "}, $%d, $%d, p, 1, 1, %d, %d;\n}", nacc, nacc + 1, trans_a, trans_b);
+    for (int i = 0; i < nacc; i++)
+        fprintf(cons.f, "%s=%c", i ? "," : "", acc16 ? 'r' : 'f');
+    fprintf(cons.f, a_regs ? ",r,r,r,r,l,r" : ",l,l,r");
+    for (int i = 0; i < nacc; i++)
+        fprintf(cons.f, ",%d", i);
+    int nargs = nin + 2 + nacc;
+    LLVMValueRef *args = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)nargs);
+    int k = 0;
+    for (int i = 0; i < nin; i++)
+        args[k++] = a_regs ? a_regs[i] : a_desc;
+    args[k++] = b_desc;
+    args[k++] = ci32(cg, scale_d);
+    for (int i = 0; i < nacc; i++)
+        args[k++] = scale_d ? acc[i] : LLVMGetUndef(at);
+    LLVMTypeRef *fields = NEW_ARRAY(cg->a, LLVMTypeRef, (size_t)nacc);
+    for (int i = 0; i < nacc; i++)
+        fields[i] = at;
+    LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false);
+    LLVMValueRef r = cg_asm(cg, strbuf_finish(&text, cg->a, NULL), strbuf_finish(&cons, cg->a, NULL), st, args, nargs);
+    for (int i = 0; i < nacc; i++)
+        acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
+}
+
+/* wgmma.wait_group 0 with every accumulator passed through it: their uses
+ * come after the wait (LLVM sees the asm define them). */
+static void wait_all(Cg *cg, LLVMValueRef *acc, int n) {
+    StrBuf cons;
+    strbuf_open(&cons);
+    for (int i = 0; i < n; i++)
+        fprintf(cons.f, "%s=%c", i ? "," : "", LLVMTypeOf(acc[i]) == cg->f32 ? 'f' : 'r');
+    for (int i = 0; i < n; i++)
+        fprintf(cons.f, ",%d", i);
+    fprintf(cons.f, ",~{memory}");
+    LLVMTypeRef *fields = NEW_ARRAY(cg->a, LLVMTypeRef, (size_t)n);
+    for (int i = 0; i < n; i++)
+        fields[i] = LLVMTypeOf(acc[i]);
+    LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)n, false);
+    cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    LLVMValueRef r = cg_asm(cg, "wgmma.wait_group.sync.aligned 0;", strbuf_finish(&cons, cg->a, NULL), st, acc, n);
+    for (int i = 0; i < n; i++)
+        acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
+}
+
+static void emit_dot(Cg *cg, const Op *op) {
+    const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
+    int64_t K = at->dims[1].size, N = bt->dims[1].size;
+    ScalarKind ek = bt->elem;
+    Attr *mma = op_attr(op, "nv.mma"), *na = op_attr(op, "nv.a"), *nb = op_attr(op, "nv.b");
+    bool acc16 = rt->elem == SK_F16;
+    const char *want = arena_printf(cg->a, "wgmma.m64n%lldk16.%s.%s", (long long)N, acc16 ? "f16" : "f32",
+                                    scalar_name(ek));
+    if (!mma || !na || !nb || strcmp(mma->s, want) != 0) {
+        cg_err(cg, op, "internal error: tile.dot's nv.mma is not '%s' (run sm90a-layout)", want);
+        return;
+    }
+    if ((ek != SK_F16 && ek != SK_BF16) || (rt->elem != SK_F32 && !(acc16 && ek == SK_F16)) || at->elem != ek) {
+        cg_err(cg, op, "wgmma multiplies f16 or bf16 into f32, or f16 into f16", NULL);
+        return;
+    }
+    if (!dot_fits(cg, op))
+        return;
+    bool a_regs = strcmp(na->s, "registers") == 0, a_mn = strcmp(na->s, "smem.trans") == 0;
+    bool b_mn = strcmp(nb->s, "smem.trans") == 0;
+    Cv *ca = cv_get(cg, op->operands[0]), *cb = cv_get(cg, op->operands[1]);
+    /* B is K-major when the tile is the transpose of a loaded [N, K] (trans) */
+    if (!cb || cb->kind != CV_VIEW || cb->view->swizzle != 128 || cb->view->trans == b_mn ||
+        (!a_regs && (!ca || ca->kind != CV_VIEW || ca->view->swizzle != 128 || ca->view->trans != a_mn))) {
+        cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b, or are not swizzled", NULL);
+        return;
+    }
+    Dist *p = NULL;
+    if (a_regs && !(p = dot_a_in_registers(cg, op)))
+        return;
+    Dist *c = as_dist(cg, op, op->operands[2]);
+    /* this thread's accumulators, in wgmma order: f32 d[4·n8 + j] is element
+     * 4·(n8 % 2) + j of 16-column block n8 / 2; f16 pairs d[2·n8 + j] hold
+     * elements 4·(n8 % 2) + 2j and + 1 */
+    int per = acc16 ? 2 : 4, nacc = (int)(N / 8) * per;
+    LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)nacc);
+    bool fresh = true;   /* a zero accumulator: the first k-step ignores it */
+    for (int i = 0; i < nacc; i++) {
+        int n8 = i / per, j = i % per;
+        Pos at0 = {0, n8 / 2, 4 * (n8 % 2) + (acc16 ? 2 * j : j)};
+        if (acc16) {
+            Pos at1 = {at0.a, at0.b, at0.i + 1};
+            LLVMValueRef pair = pack2(cg, cg_cast(cg, dist_get(cg, c, at0), c->elem, SK_F16),
+                                      cg_cast(cg, dist_get(cg, c, at1), c->elem, SK_F16));
+            acc[i] = LLVMBuildBitCast(cg->b, pair, cg->i32, "");
+        } else {
+            acc[i] = cg_cast(cg, dist_get(cg, c, at0), c->elem, SK_F32);
+        }
+        fresh = fresh && LLVMIsConstant(acc[i]) && LLVMIsNull(acc[i]);
+    }
+    LLVMValueRef row0 = warpgroup_row(cg);
+    Operand ao = {0};
+    if (!a_regs)
+        ao = operand(cg, ca->view, a_mn, row0);
+    cg_asm(cg, "wgmma.fence.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    for (int64_t n0 = 0; n0 < N; n0 += 256) {   /* N up to 256 an instruction */
+        int n = (int)(N - n0 < 256 ? N - n0 : 256);
+        Operand bo = operand(cg, cb->view, b_mn, ci64(cg, n0));
+        for (int ks = 0; ks < K / 16; ks++) {
+            LLVMValueRef afr[4];
+            if (p)   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) */
+                for (int j = 0; j < 4; j++) {
+                    LLVMValueRef x = dist_get(cg, p, (Pos){0, ks, 2 * j}), y = dist_get(cg, p, (Pos){0, ks, 2 * j + 1});
+                    afr[j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
+                }
+            wgmma(cg, n, ek, acc16, acc + n0 / 8 * per, p ? NULL : operand_at(cg, &ao, ks), p ? afr : NULL,
+                  operand_at(cg, &bo, ks), !(fresh && ks == 0), a_mn, b_mn);
+        }
+    }
+    wait_all(cg, acc, nacc);
+    Dist *r = dist_new(cg, rt->elem, cg->R, N);
+    for (int i = 0; i < nacc; i++) {
+        int n8 = i / per, j = i % per;
+        Pos at0 = {0, n8 / 2, 4 * (n8 % 2) + (acc16 ? 2 * j : j)};
+        if (acc16) {
+            LLVMValueRef pair = LLVMBuildBitCast(cg->b, acc[i], cg->v2f16, "");
+            dist_set(cg, r, at0, LLVMBuildExtractElement(cg->b, pair, ci32(cg, 0), ""));
+            dist_set(cg, r, (Pos){at0.a, at0.b, at0.i + 1}, LLVMBuildExtractElement(cg->b, pair, ci32(cg, 1), ""));
+        } else {
+            dist_set(cg, r, at0, acc[i]);
+        }
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, r));
+}
+
+const CgTarget sm90a_target = {
+    .name = "sm_90a",
+    .acc_layout = mma16_acc_layout,
+    .acc_coords = mma16_acc_coords,
+    .dot = emit_dot,
+    .copy_async = cp_async_copy,
+    .wait = cp_async_wait,
+    .drain = cp_async_drain,
+    .async_proxy = true,
+    .smem_align = 1024,
+    .pair_stores = true,
+};
