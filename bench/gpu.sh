@@ -6,16 +6,19 @@
 # compute-sanitizer memcheck and racecheck, then the benchmark (sm_80 and
 # sm_90a). Logs under $OUT (or ./out).
 #
-#   bench/gpu.sh [--quick] [--no-bench] [--no-sm70]
+#   bench/gpu.sh [--quick] [--no-bench] [--no-sm70] [--pack]
 #   BENCH_ARGS='--schedule "warps(4);"' bench/gpu.sh   (more bench.py options)
+# --pack: at the end, everything under $OUT goes into $OUT/gpu-results.tgz
+# and only that, gpu.log and the benchmark tables stay (the device tool
+# brings back 8 files).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 KIT=gpu-kit
 export LD_LIBRARY_PATH=$PWD/$KIT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-quick="" bench=1 sm70=1
+quick="" bench=1 sm70=1 pack=0
 for a in "$@"; do
-  case $a in --quick) quick=--quick ;; --no-bench) bench=0 ;; --no-sm70) sm70=0 ;; esac
+  case $a in --quick) quick=--quick ;; --no-bench) bench=0 ;; --no-sm70) sm70=0 ;; --pack) pack=1 ;; esac
 done
 status=0
 summary=""
@@ -87,4 +90,9 @@ fi
 echo
 echo "$summary"
 echo "status $status"
+if [ $pack = 1 ]; then
+  cp $san/*.log "$OUT/" 2>/dev/null
+  (cd "$OUT" && tar czf /tmp/gpu-results.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu-results.tgz . &&
+   tar xzf gpu-results.tgz ./bench-sm_80/bench.md ./bench-sm_90a/bench.md 2>/dev/null)
+fi
 exit $status

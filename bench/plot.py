@@ -1,0 +1,46 @@
+"""plot.py — the attention plot from saved benchmark results, without a GPU:
+TFLOP/s against N, a line per implementation, a panel per head dim ×
+causal (fp16), attnc once per results file (one file per -arch).
+
+    python3 bench/plot.py OUT.png bench/results/DATE-sm_80-....json bench/results/DATE-sm_90a-....json
+
+The peers (flash, cudnn, flex) are drawn from the first file: every file of
+one run timed them in the same process as its attnc.
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    out, files = sys.argv[1], sys.argv[2:]
+    runs = [[r for r in json.load(open(f)) if r.get("what") == "attention" and r["dtype"] == "f16"] for f in files]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    for ax, (D, causal) in zip(axes.flat, ((64, False), (64, True), (128, False), (128, True))):
+        for k, rows in enumerate(runs):
+            sel = [r for r in rows if r["D"] == D and r["causal"] == causal]
+            impls = ("attnc", "flash", "cudnn", "flex") if k == 0 else ("attnc",)
+            for impl in impls:
+                pts = [(r["N"], r[impl]) for r in sel if impl in r]
+                if pts:
+                    label = f"attnc {sel[0]['arch']}" if impl == "attnc" else impl
+                    ax.plot(*zip(*pts), marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"fp16, head dim {D}, {'causal' if causal else 'not causal'}")
+        ax.set_xlabel("N (batch·N = 16384)")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("attention forward on the H200")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
