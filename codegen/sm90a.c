@@ -195,20 +195,22 @@ static void emit_dot(Cg *cg, const Op *op) {
     Operand ao = {0};
     if (!a_regs)
         ao = operand(cg, ca->view, a_mn, row0);
+    /* P's A registers, every k-step's, before the fence: registers written
+     * between the fence and a wgmma that reads them make ptxas add a
+     * warpgroup.arrive there (info C7519) */
+    LLVMValueRef *afr = p ? NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(K / 16 * 4)) : NULL;
+    for (int ks = 0; p && ks < K / 16; ks++)   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) */
+        for (int j = 0; j < 4; j++) {
+            LLVMValueRef x = dist_get(cg, p, (Pos){0, ks, 2 * j}), y = dist_get(cg, p, (Pos){0, ks, 2 * j + 1});
+            afr[4 * ks + j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
+        }
     cg_asm(cg, "wgmma.fence.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     for (int64_t n0 = 0; n0 < N; n0 += 256) {   /* N up to 256 an instruction */
         int n = (int)(N - n0 < 256 ? N - n0 : 256);
         Operand bo = operand(cg, cb->view, b_mn, ci64(cg, n0));
-        for (int ks = 0; ks < K / 16; ks++) {
-            LLVMValueRef afr[4];
-            if (p)   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) */
-                for (int j = 0; j < 4; j++) {
-                    LLVMValueRef x = dist_get(cg, p, (Pos){0, ks, 2 * j}), y = dist_get(cg, p, (Pos){0, ks, 2 * j + 1});
-                    afr[j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
-                }
-            wgmma(cg, n, ek, acc16, acc + n0 / 8 * per, p ? NULL : operand_at(cg, &ao, ks), p ? afr : NULL,
+        for (int ks = 0; ks < K / 16; ks++)
+            wgmma(cg, n, ek, acc16, acc + n0 / 8 * per, p ? NULL : operand_at(cg, &ao, ks), p ? afr + 4 * ks : NULL,
                   operand_at(cg, &bo, ks), !(fresh && ks == 0), a_mn, b_mn);
-        }
     }
     wait_all(cg, acc, nacc);
     Dist *r = dist_new(cg, rt->elem, cg->R, N);
