@@ -100,7 +100,7 @@ static void wgmma(Cg *cg, int n, ScalarKind ek, bool acc16, LLVMValueRef *acc, L
         fprintf(text.f, "}, $%d, $%d, p, 1, 1, %d, %d;\n}", nacc, nacc + 1, trans_a, trans_b);
     for (int i = 0; i < nacc; i++)
         fprintf(cons.f, "%s=%c", i ? "," : "", acc16 ? 'r' : 'f');
-    fprintf(cons.f, a_regs ? ",r,r,r,r,l,r" : ",l,l,r");
+    fprintf(cons.f, a_regs ? ",r,r,r,r,l,n" : ",l,l,n");   /* scale-d an immediate, as CUTLASS passes it */
     for (int i = 0; i < nacc; i++)
         fprintf(cons.f, ",%d", i);
     int nargs = nin + 2 + nacc;
