@@ -218,25 +218,8 @@ def report(args):
     open(os.path.join(args.out, "bench.md"), "w").write(text)
     print(text)
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-        for ax, (D, causal) in zip(axes.flat, ((64, False), (64, True), (128, False), (128, True))):
-            sel = [r for r in att if r["D"] == D and r["causal"] == causal and r["dtype"] == "f16"]
-            for impl in ("attnc", "flash", "cudnn", "flex"):
-                pts = [(r["N"], r[impl]) for r in sel if impl in r]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=impl if impl != "attnc" else f"attnc {args.arch}")
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"fp16, head dim {D}, {'causal' if causal else 'not causal'}")
-            ax.set_xlabel("N (batch·N = 16384)")
-            ax.set_ylabel("TFLOP/s")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
-        fig.suptitle(f"attention forward on {torch.cuda.get_device_name()}")
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "bench.png"), dpi=110)
+        from plot import draw   # bench/plot.py, beside this script
+        draw([att], os.path.join(args.out, "bench.png"), f"attention forward on {torch.cuda.get_device_name()}")
     except Exception as e:
         print("no plot:", e)
 

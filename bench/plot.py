@@ -16,11 +16,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main():
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    out, files = sys.argv[1], sys.argv[2:]
-    runs = [[r for r in json.load(open(f)) if r.get("what") == "attention" and r["dtype"] == "f16"] for f in files]
+def draw(runs, out, title):
+    """runs: lists of bench.py's attention rows, one list per attnc target;
+    the peers come from the first."""
+    runs = [[r for r in rows if r.get("what") == "attention" and r["dtype"] == "f16"] for rows in runs]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
     for ax, (D, causal) in zip(axes.flat, ((64, False), (64, True), (128, False), (128, True))):
         for k, rows in enumerate(runs):
@@ -37,9 +36,15 @@ def main():
         ax.set_ylabel("TFLOP/s")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("attention forward on the H200")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    draw([json.load(open(f)) for f in sys.argv[2:]], sys.argv[1], "attention forward on the H200")
 
 
 if __name__ == "__main__":

@@ -137,6 +137,10 @@ extern const CgTarget sm70_target, sm80_target, sm90a_target;
 /* m16n8k16's accumulator layout, which wgmma's is per warp (sm80.c) */
 AccLayout mma16_acc_layout(bool acc16);
 void mma16_acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
+/* accumulator register j of n8 tile n8 of row block a, to and from a tile
+ * (f32, or an f16 pair as <2 x half>: acc16) */
+LLVMValueRef mma16_acc_get(Cg *cg, const Dist *c, int a, int n8, int j, bool acc16);
+void mma16_acc_set(Cg *cg, Dist *r, int a, int n8, int j, bool acc16, LLVMValueRef v);
 /* two 16-bit A-operand elements (of P) as one b32 register */
 LLVMValueRef mma16_pack_a(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k);
 /* The code generator of a target, or NULL (codegen.c). */

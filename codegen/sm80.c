@@ -42,6 +42,28 @@ void mma16_acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *r
     }
 }
 
+/* Accumulator register j of n8 tile n8 in row block a, as the MMA takes it
+ * (m16n8k16 and, per warp, wgmma agree): f32 element 4·(n8 % 2) + j of
+ * 16-column block n8 / 2; f16 (acc16) the pair of elements 4·(n8 % 2) + 2j
+ * and + 1, a <2 x half>. */
+LLVMValueRef mma16_acc_get(Cg *cg, const Dist *c, int a, int n8, int j, bool acc16) {
+    Pos p = {a, n8 / 2, 4 * (n8 % 2) + (acc16 ? 2 * j : j)};
+    if (!acc16)
+        return cg_cast(cg, dist_get(cg, c, p), c->elem, SK_F32);
+    Pos q = {p.a, p.b, p.i + 1};
+    return pack2(cg, cg_cast(cg, dist_get(cg, c, p), c->elem, SK_F16), cg_cast(cg, dist_get(cg, c, q), c->elem, SK_F16));
+}
+
+void mma16_acc_set(Cg *cg, Dist *r, int a, int n8, int j, bool acc16, LLVMValueRef v) {
+    Pos p = {a, n8 / 2, 4 * (n8 % 2) + (acc16 ? 2 * j : j)};
+    if (!acc16) {
+        dist_set(cg, r, p, v);
+        return;
+    }
+    dist_set(cg, r, p, LLVMBuildExtractElement(cg->b, v, ci32(cg, 0), ""));
+    dist_set(cg, r, (Pos){p.a, p.b, p.i + 1}, LLVMBuildExtractElement(cg->b, v, ci32(cg, 1), ""));
+}
+
 /* ---- fragments ----------------------------------------------------------------- */
 
 /* ldmatrix.x4 at this lane's row address: four 8×8 matrices, one b32 (two
@@ -188,15 +210,8 @@ static void emit_dot(Cg *cg, const Op *op) {
     LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nb * 2 * nacc));
     for (int a = 0; a < cg->mrep; a++)
         for (int n8 = 0; n8 < 2 * nb; n8++)
-            for (int j = 0; j < nacc; j++) {
-                LLVMValueRef *slot = &acc[(a * 2 * nb + n8) * nacc + j];
-                int b = n8 / 2, i0 = 4 * (n8 % 2);
-                if (f16acc)
-                    *slot = pack2(cg, cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + 2 * j}), c->elem, SK_F16),
-                                  cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + 2 * j + 1}), c->elem, SK_F16));
-                else
-                    *slot = cg_cast(cg, dist_get(cg, c, (Pos){a, b, i0 + j}), c->elem, SK_F32);
-            }
+            for (int j = 0; j < nacc; j++)
+                acc[(a * 2 * nb + n8) * nacc + j] = mma16_acc_get(cg, c, a, n8, j, f16acc);
     LLVMValueRef alane = !a_regs && !a_pre ? a_lane(cg, ca->view, ek) : NULL, blane = b_lane(cg, cb->view, ek);
     LLVMTypeRef et = f16acc ? cg->v2f16 : cg->f32;
     LLVMTypeRef fields[4] = {et, et, et, et};
@@ -239,16 +254,8 @@ static void emit_dot(Cg *cg, const Op *op) {
     Dist *r = dist_new(cg, rt->elem, M, N);
     for (int a = 0; a < cg->mrep; a++)
         for (int n8 = 0; n8 < 2 * nb; n8++)
-            for (int j = 0; j < nacc; j++) {
-                LLVMValueRef v = acc[(a * 2 * nb + n8) * nacc + j];
-                int b = n8 / 2, i0 = 4 * (n8 % 2);
-                if (f16acc) {
-                    dist_set(cg, r, (Pos){a, b, i0 + 2 * j}, LLVMBuildExtractElement(cg->b, v, ci32(cg, 0), ""));
-                    dist_set(cg, r, (Pos){a, b, i0 + 2 * j + 1}, LLVMBuildExtractElement(cg->b, v, ci32(cg, 1), ""));
-                } else {
-                    dist_set(cg, r, (Pos){a, b, i0 + j}, v);
-                }
-            }
+            for (int j = 0; j < nacc; j++)
+                mma16_acc_set(cg, r, a, n8, j, f16acc, acc[(a * 2 * nb + n8) * nacc + j]);
     cv_put(cg, op->results[0], cv_dist(cg, r));
 }
 

@@ -172,23 +172,15 @@ static void emit_dot(Cg *cg, const Op *op) {
     if (a_regs && !(p = dot_a_in_registers(cg, op)))
         return;
     Dist *c = as_dist(cg, op, op->operands[2]);
-    /* this thread's accumulators, in wgmma order: f32 d[4·n8 + j] is element
-     * 4·(n8 % 2) + j of 16-column block n8 / 2; f16 pairs d[2·n8 + j] hold
-     * elements 4·(n8 % 2) + 2j and + 1 */
+    /* this thread's accumulators in wgmma order, d[per·n8 + j]: m16n8k16's
+     * (mma16_acc_get), f16 pairs as b32 */
     int per = acc16 ? 2 : 4, nacc = (int)(N / 8) * per;
     LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)nacc);
     bool fresh = true;   /* a zero accumulator: the first k-step ignores it */
     for (int i = 0; i < nacc; i++) {
-        int n8 = i / per, j = i % per;
-        Pos at0 = {0, n8 / 2, 4 * (n8 % 2) + (acc16 ? 2 * j : j)};
-        if (acc16) {
-            Pos at1 = {at0.a, at0.b, at0.i + 1};
-            LLVMValueRef pair = pack2(cg, cg_cast(cg, dist_get(cg, c, at0), c->elem, SK_F16),
-                                      cg_cast(cg, dist_get(cg, c, at1), c->elem, SK_F16));
-            acc[i] = LLVMBuildBitCast(cg->b, pair, cg->i32, "");
-        } else {
-            acc[i] = cg_cast(cg, dist_get(cg, c, at0), c->elem, SK_F32);
-        }
+        acc[i] = mma16_acc_get(cg, c, 0, i / per, i % per, acc16);
+        if (acc16)
+            acc[i] = LLVMBuildBitCast(cg->b, acc[i], cg->i32, "");
         fresh = fresh && LLVMIsConstant(acc[i]) && LLVMIsNull(acc[i]);
     }
     LLVMValueRef row0 = warpgroup_row(cg);
@@ -214,17 +206,8 @@ static void emit_dot(Cg *cg, const Op *op) {
     }
     wait_all(cg, acc, nacc);
     Dist *r = dist_new(cg, rt->elem, cg->R, N);
-    for (int i = 0; i < nacc; i++) {
-        int n8 = i / per, j = i % per;
-        Pos at0 = {0, n8 / 2, 4 * (n8 % 2) + (acc16 ? 2 * j : j)};
-        if (acc16) {
-            LLVMValueRef pair = LLVMBuildBitCast(cg->b, acc[i], cg->v2f16, "");
-            dist_set(cg, r, at0, LLVMBuildExtractElement(cg->b, pair, ci32(cg, 0), ""));
-            dist_set(cg, r, (Pos){at0.a, at0.b, at0.i + 1}, LLVMBuildExtractElement(cg->b, pair, ci32(cg, 1), ""));
-        } else {
-            dist_set(cg, r, at0, acc[i]);
-        }
-    }
+    for (int i = 0; i < nacc; i++)
+        mma16_acc_set(cg, r, 0, i / per, i % per, acc16, acc16 ? LLVMBuildBitCast(cg->b, acc[i], cg->v2f16, "") : acc[i]);
     cv_put(cg, op->results[0], cv_dist(cg, r));
 }
 
