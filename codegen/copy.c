@@ -125,7 +125,7 @@ void cp_async_wait(Cg *cg, const Op *op) {
         return;
     Attr *pending = op_attr(op, "nv.pending");
     if (!pending || pending->kind != AT_INT) {
-        cg_err(cg, op, "internal error: tile.wait has no nv.pending (run sm80-layout)", NULL);
+        cg_err(cg, op, "internal error: tile.wait has no nv.pending (run %s)", cg->info->lowering);
         return;
     }
     LLVMValueRef younger = ci32(cg, pending->i);   /* the younger groups that may stay in flight */
