@@ -3,11 +3,12 @@
 # carried; bench/gpu_kit.sh makes the kit): numerics of every case against
 # float64 PyTorch for each target (sm_70 f16, sm_80 and sm_90a f16 and
 # bf16), examples/embed, the SASS of the sm_80 and sm_90a kernels,
-# compute-sanitizer memcheck and racecheck, then the benchmark (sm_80 and
+# compute-sanitizer memcheck, racecheck and synccheck, then the benchmark (sm_80 and
 # sm_90a). Logs under $OUT (or ./out).
 #
-#   bench/gpu.sh [--quick] [--no-bench] [--no-sm70] [--pack]
+#   bench/gpu.sh [--quick] [--no-bench] [--no-sm70] [--arch A]... [--pack]
 #   BENCH_ARGS='--schedule "warps(4);"' bench/gpu.sh   (more bench.py options)
+# --arch A (repeatable): only these targets (sm_70, sm_80, sm_90a; default all)
 # --pack: at the end, everything under $OUT goes into $OUT/gpu-results.tgz
 # and only that, gpu.log and the benchmark tables stay (the device tool
 # brings back 8 files).
@@ -16,10 +17,15 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 KIT=gpu-kit
 export LD_LIBRARY_PATH=$PWD/$KIT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-quick="" bench=1 sm70=1 pack=0
+quick="" bench=1 pack=0 archs="" next_arch=0 no70=0
 for a in "$@"; do
-  case $a in --quick) quick=--quick ;; --no-bench) bench=0 ;; --no-sm70) sm70=0 ;; --pack) pack=1 ;; esac
+  if [ $next_arch = 1 ]; then archs="$archs $a"; next_arch=0; continue; fi
+  case $a in --quick) quick=--quick ;; --no-bench) bench=0 ;; --no-sm70) no70=1 ;; --pack) pack=1 ;;
+    --arch) next_arch=1 ;; esac
 done
+archs=${archs:-sm_70 sm_80 sm_90a}
+[ $no70 = 1 ] && archs=$(echo $archs | sed 's/sm_70//')
+has() { case " $archs " in *" $1 "*) return 0 ;; esac; return 1; }
 status=0
 summary=""
 step() { echo "== $*"; }
@@ -34,41 +40,44 @@ checks() {   # arch dtype
   grep -E "^FAIL" "$OUT/numerics-$1-$2.log" | head -20
   note "numerics $1 $2: $(grep -E 'checks,' "$OUT/numerics-$1-$2.log" | tail -1)"
 }
-[ $sm70 = 1 ] && checks sm_70 f16
-checks sm_80 f16
-checks sm_80 bf16
-checks sm_90a f16
-checks sm_90a bf16
+if has sm_70; then checks sm_70 f16; fi
+if has sm_80; then checks sm_80 f16; checks sm_80 bf16; fi
+if has sm_90a; then checks sm_90a f16; checks sm_90a bf16; fi
 
 step "embed (C, libattnrt only)"
-for arch in sm_70 sm_80 sm_90a; do
+for arch in $archs; do
   $KIT/attnc examples/mha.attn -arch $arch -o /tmp/attn-$arch.ptx && $KIT/attnc-embed /tmp/attn-$arch.ptx 2 1000 ||
     status=1
 done
 
-step "SASS of the attention kernels (ptxas for this GPU): sm_80 HMMA.16816, sm_90a HGMMA; no local memory inside loops"
+step "SASS of the attention kernels (ptxas for this GPU): sm_80 HMMA.16816, sm_90a HGMMA and UTMALDG; no local memory inside loops"
 for ex in mha gqa_causal softcap_alibi sliding_window document_mask cross_attention; do
+  if has sm_80; then
   $KIT/attnc examples/$ex.attn -arch sm_80 -o /tmp/$ex-80.ptx || { status=1; continue; }
   /usr/local/cuda/bin/ptxas -arch=sm_90 /tmp/$ex-80.ptx -o /tmp/$ex-80.cubin || { status=1; continue; }
   line=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-80.cubin |
          python3 bench/sass_check.py --need HMMA.16816 --need LDSM --need LDGSTS) || status=1
   echo "sm_80 $line"
   note "SASS sm_80 $line"
+  fi
+  has sm_90a || continue
   $KIT/attnc examples/$ex.attn -arch sm_90a -o /tmp/$ex-90.ptx || { status=1; continue; }
   /usr/local/cuda/bin/ptxas -arch=sm_90a /tmp/$ex-90.ptx -o /tmp/$ex-90.cubin || { status=1; continue; }
   line=$(/usr/local/cuda/bin/cuobjdump -sass /tmp/$ex-90.cubin |
-         python3 bench/sass_check.py --need HGMMA --need LDGSTS) || status=1
+         python3 bench/sass_check.py --need HGMMA --need UTMALDG \
+           --spills-known $([ $ex = softcap_alibi ] && echo 4 || echo 0)) || status=1   # test/utils/check-sass.sh
   echo "sm_90a $line"
   note "SASS sm_90a $line"
 done
 
 SAN=/usr/local/cuda/bin/compute-sanitizer
 san=/tmp/attnc-san && rm -rf $san && mkdir -p $san
-for tool in memcheck racecheck; do
-  for arch in sm_70 sm_80 sm_90a; do
+for tool in memcheck racecheck synccheck; do   # synccheck: barriers, named barriers
+  for arch in $archs; do
     step "compute-sanitizer $tool $arch"
     $SAN --tool $tool --error-exitcode 9 $KIT/attnc-embed /tmp/attn-$arch.ptx 1 17 > $san/$tool-$arch-embed.log 2>&1 ||
       status=1
+    [ $tool = synccheck ] && { note "sanitizer synccheck $arch embed: $(grep -hE 'ERROR SUMMARY' $san/$tool-$arch-embed.log)"; continue; }
     $SAN --tool $tool --error-exitcode 9 python3 bench/gpu_check.py --kit $KIT --out /tmp/san --arch $arch --only sanitize \
       > $san/$tool-$arch-python.log 2>&1 || status=1
     for w in embed python; do
@@ -79,7 +88,8 @@ done
 for f in $san/*.log; do echo "=== $f"; cat "$f"; done > "$OUT/sanitizers.log"
 
 if [ $bench = 1 ]; then
-  for arch in sm_80 sm_90a; do
+  for arch in $archs; do
+    [ $arch = sm_70 ] && continue
     step "benchmark ($arch PTX against SDPA flash / cuDNN / flex; SwiGLU against torch)"
     mkdir -p "$OUT/bench-$arch"
     eval "python3 bench/bench.py --kit $KIT --out \"$OUT/bench-$arch\" --arch $arch $quick ${BENCH_ARGS:-}" \

@@ -7,7 +7,8 @@ loops, that is between a backward branch and its target.
     cuobjdump -sass k.cubin | python3 bench/sass_check.py [--need HMMA.16816 ...]
 
 Prints one line per kernel; exits 1 when a kernel lacks a --need
-instruction or has local memory inside a loop.
+instruction or has local memory inside a loop (more than --spills-known
+instructions of it: a known spill, documented where it is accepted).
 """
 import argparse
 import re
@@ -55,15 +56,18 @@ def analyse(lines):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--need", action="append", default=[], help="an opcode prefix every kernel must have")
+    ap.add_argument("--spills-known", type=int, default=0,
+                    help="local-memory instructions inside loops that are known and accepted (at most)")
     args = ap.parse_args()
     status = 0
     for name, lines in kernels(sys.stdin.read()):
         counts, local, in_loops, nloops = analyse(lines)
         need = {n: sum(c for op, c in counts.items() if op.startswith(n)) for n in args.need}
-        ok = all(need.values()) and in_loops == 0
+        ok = all(need.values()) and in_loops <= args.spills_known
         status |= not ok
         parts = [f"{n} {c}" for n, c in need.items()] + [f"local memory {local} ({in_loops} inside {nloops} loops)"]
-        print(f"{'ok' if ok else 'FAIL'} {name}: " + ", ".join(parts))
+        known = " (known spill)" if in_loops and ok else ""
+        print(f"{'ok' if ok else 'FAIL'} {name}: " + ", ".join(parts) + known)
     return status
 
 

@@ -16,10 +16,20 @@ typedef struct KernelSpec {
     const char **dims;
 } KernelSpec;
 
+/* A tensor map a kernel takes by value (sm_90a TMA): over memref parameter
+ * `arg` (its index among the launch's memrefs), boxes of box[] elements
+ * (outermost dim first), 128-byte swizzled. */
+typedef struct KernelTmap {
+    int arg, rank;
+    int64_t box[8];
+} KernelTmap;
+
 /* What the emitter found out, for the manifest. */
 typedef struct KernelInfo {
     int threads;         /* per block */
     int64_t smem_bytes;  /* dynamic shared memory */
+    int ntmaps;          /* tensor maps, the last parameters, in this order */
+    KernelTmap tmaps[8];
 } KernelInfo;
 
 /* Runs O3 on mod and prints it as PTX for arch (or, llvm_ir, as LLVM IR). */

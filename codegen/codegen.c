@@ -190,6 +190,17 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
                     (const char *)map_get(&nm.of, i < op->noperands ? op->operands[i]
                                                                   : op->results[i - op->noperands]));
         fputc('\n', man);
+        /* the tensor maps it takes by value, after y_offset, in order */
+        for (int j = 0; j < info.ntmaps; j++) {
+            const KernelTmap *m = &info.tmaps[j];
+            fprintf(man, "// tmap kernel=%s tensor=%s box=", k.name,
+                    (const char *)map_get(&nm.of, 3 + m->arg < op->noperands
+                                                      ? op->operands[3 + m->arg]
+                                                      : op->results[3 + m->arg - op->noperands]));
+            for (int i = 0; i < m->rank; i++)
+                fprintf(man, "%s%lld", i ? "," : "", (long long)m->box[i]);
+            fprintf(man, " swizzle=128\n");
+        }
     }
     fprintf(man, "// end\n");
     return true;

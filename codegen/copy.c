@@ -6,6 +6,8 @@
  * padded rows or (sm_90a) 128-byte swizzled panels, as the buffer says. */
 #include "codegen/lower.h"
 
+#include <string.h>
+
 /* Element offset of (row, col) in a stage of dst. */
 static LLVMValueRef dst_offset(Cg *cg, const Mem *dst, LLVMValueRef row, LLVMValueRef col) {
     return smem_offset(cg, row, col, dst->cstrides[1], dst->cdims[1], dst->swizzle);
@@ -137,4 +139,293 @@ void cp_async_wait(Cg *cg, const Op *op) {
 void cp_async_drain(Cg *cg) {
     if (cg->async)
         cg_call(cg, "llvm.nvvm.cp.async.wait.all", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+}
+
+/* ---- TMA (sm_90a) ----------------------------------------------------------------
+ *
+ * A copy sm90a-layout marked nv.copy "tma" is one cp.async.bulk.tensor per
+ * 64-column panel, issued by thread 0, over a tensor map the runtime encodes
+ * (a box of [rows, 64] elements with SWIZZLE_128B, which writes exactly
+ * smem_offset's layout; rows past the tensor's end are zero-filled) and the
+ * kernel takes by value. Each stage of the buffer has an mbarrier: thread 0
+ * arms it with the bytes to expect (mbarrier.arrive.expect_tx), the copy
+ * completes them, and a tile.wait spins on the phase the fill completes
+ * (try_wait.parity). Copies and waits run in the same order on every
+ * thread, so each thread keeps the parities in a register: a bit per stage,
+ * flipped by each fill (fill_parity). Before a stage is filled again every warp must be
+ * done reading it: the barrier before a run of copies. */
+
+enum { TMA_PANEL = 64 };   /* columns of a box: 128 bytes of 16-bit elements, the swizzle span */
+
+static LLVMValueRef ptr_i32(Cg *cg, LLVMValueRef p) { return LLVMBuildPtrToInt(cg->b, p, cg->i32, ""); }
+
+static LLVMValueRef thread0(Cg *cg) { return LLVMBuildICmp(cg->b, LLVMIntEQ, cg->tid, ci32(cg, 0), ""); }
+
+/* An i32 alloca in the entry block (mem2reg keeps it in a register). */
+static LLVMValueRef entry_alloca(Cg *cg, int64_t init) {
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(cg->fn);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(cg->ctx);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry);
+    if (first)
+        LLVMPositionBuilderBefore(b, first);
+    else
+        LLVMPositionBuilderAtEnd(b, entry);
+    LLVMValueRef slot = LLVMBuildAlloca(b, cg->i32, "");
+    LLVMDisposeBuilder(b);
+    LLVMBuildStore(cg->b, ci32(cg, init), slot);
+    return slot;
+}
+
+bool tma_collect(Cg *cg, const Block *blk) {
+    const Block *top = cg->spec->launch->regions[0].blocks[0];
+    for (const Op *op = blk->first; op; op = op->next) {
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                if (!tma_collect(cg, op->regions[r].blocks[k]))
+                    return false;
+        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy") : NULL;
+        if (!how || strcmp(how->s, "tma") != 0)
+            continue;
+        const Value *src = op->operands[0];
+        const Type *st = src->type, *dt = op->operands[1]->type;
+        Attr *dims = op_attr(op, "dims");
+        int arg = -1;
+        for (int i = 3; i < top->nargs; i++)
+            if (top->args[i] == src)
+                arg = i - 3;
+        if (arg < 0 || st->rank > 5 || dt->rank != 3 || dt->dims[2].size % TMA_PANEL || dt->dims[1].size > 256 ||
+            !dims || dims->n != 2 || dims->elems[1]->i != st->rank - 1)
+            return cg_err(cg, op, "internal error: a TMA copy needs a box of rows of a kernel parameter's innermost "
+                                  "dim into [stages, rows <= 256, 64k columns] (run sm90a-layout)", NULL),
+                   false;
+        KernelTmap m = {.arg = arg, .rank = st->rank};
+        for (int d = 0; d < st->rank; d++)
+            m.box[d] = 1;
+        m.box[dims->elems[0]->i] = dt->dims[1].size;
+        m.box[st->rank - 1] = TMA_PANEL;
+        bool seen = false;
+        for (int j = 0; j < cg->ntmaps; j++)
+            seen |= memcmp(&cg->tmaps[j], &m, sizeof m) == 0;
+        if (!seen) {
+            if (cg->ntmaps == 8)
+                return cg_err(cg, op, "a kernel takes at most 8 tensor maps", NULL), false;
+            cg->tmap_src[cg->ntmaps] = src;
+            cg->tmaps[cg->ntmaps++] = m;
+        }
+        map_put(cg->a, &cg->tma_bufs, op->operands[1], (void *)1);
+    }
+    return true;
+}
+
+/* The mbarriers of a buffer TMA fills, one per stage, armed by one arrival
+ * (thread 0's expect_tx); initialised by thread 0, then made visible to
+ * every thread and to the TMA unit. */
+void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
+    if (cg->nrings == 8) {
+        cg_err(cg, alloc, "a kernel has at most 8 buffers that TMA fills", NULL);
+        return;
+    }
+    Ring *r = &cg->rings[cg->nrings++];
+    r->buf = m;
+    r->stages = (int)m->cdims[0];
+    r->bars = bars;
+    r->state = entry_alloca(cg, 0);
+    if (cg->producer_warps) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
+        r->empty = gep(cg, SK_I64, bars, ci64(cg, r->stages));
+        r->empty_phase = entry_alloca(cg, -1);
+    }
+    LLVMBasicBlockRef join = if_begin(cg, thread0(cg));
+    for (int s = 0; s < r->stages; s++) {
+        LLVMValueRef bar = ptr_i32(cg, gep(cg, SK_I64, r->bars, ci64(cg, s)));
+        cg_asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}", LLVMVoidTypeInContext(cg->ctx), &bar, 1);
+        if (!r->empty)
+            continue;
+        LLVMValueRef args[2] = {ptr_i32(cg, gep(cg, SK_I64, r->empty, ci64(cg, s))), ci32(cg, cg->nwarps)};
+        cg_asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 2);
+    }
+    cg_asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    if_end(cg, join);
+    cg_barrier(cg);
+}
+
+static Ring *ring_of(Cg *cg, const Op *op, const Mem *m) {
+    for (int i = 0; i < cg->nrings; i++)
+        if (cg->rings[i].buf == m)
+            return &cg->rings[i];
+    cg_err(cg, op, "internal error: a TMA copy into a buffer without mbarriers", NULL);
+    return NULL;
+}
+
+static LLVMValueRef stage_bar(Cg *cg, const Ring *r, LLVMValueRef stage) {
+    return ptr_i32(cg, gep(cg, SK_I64, r->bars, stage));
+}
+
+static void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity);
+
+static LLVMValueRef stage_bit(Cg *cg, LLVMValueRef stage) {
+    return LLVMBuildShl(cg->b, ci32(cg, 1), LLVMBuildTrunc(cg->b, stage, cg->i32, ""), "");
+}
+
+void tma_copy(Cg *cg, const Op *op) {
+    Mem *src, *dst;
+    if (!copy_operands(cg, op, "tma", &src, &dst))
+        return;
+    Ring *r = ring_of(cg, op, dst);
+    if (!r)
+        return;
+    Attr *dims = op_attr(op, "dims");
+    int row_dim = (int)dims->elems[0]->i, rank = src->rank;
+    int64_t rows = dst->cdims[1], cols = dst->cdims[2];
+    int map = -1;
+    for (int j = 0; j < cg->ntmaps; j++)
+        if (cg->tmap_src[j] == op->operands[0] && cg->tmaps[j].box[row_dim] == rows)
+            map = j;
+    if (map < 0) {
+        cg_err(cg, op, "internal error: no tensor map for this TMA copy", NULL);
+        return;
+    }
+    /* every warp is done with the stage this overwrites (see cp_async_copy);
+     * under warp specialisation the producer waits for its empty barrier */
+    if (cg->role == ROLE_ALL && (!op->prev || op->prev->kind != OP_COPY_ASYNC))
+        cg_barrier(cg);
+    LLVMValueRef stage = as_scalar(cg, op, op->operands[2]);
+    LLVMValueRef bit = stage_bit(cg, stage);
+    if (cg->role == ROLE_PRODUCER) {
+        LLVMValueRef eph = LLVMBuildLoad2(cg->b, cg->i32, r->empty_phase, "");
+        LLVMValueRef parity = LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, eph, LLVMBuildTrunc(cg->b, stage, cg->i32, ""), ""),
+                                           ci32(cg, 1), "");
+        wait_phase(cg, ptr_i32(cg, gep(cg, SK_I64, r->empty, stage)), parity);
+        LLVMBuildStore(cg->b, LLVMBuildXor(cg->b, eph, bit, ""), r->empty_phase);
+    }
+    LLVMValueRef co[8];
+    for (int d = 0; d < rank; d++)
+        co[d] = as_scalar(cg, op, op->operands[3 + d]);
+    LLVMValueRef bar = stage_bar(cg, r, stage);
+    LLVMValueRef base = gep(cg, dst->elem, dst->ptr, mul(cg, stage, ci64(cg, dst->cstrides[0])));
+    /* A box that starts past the tensor's end is never read (the key loops
+     * end before it), but the tensor may be empty, and then its map points
+     * nowhere: such a box is not copied, its barrier armed with 0 bytes. */
+    LLVMValueRef inside = LLVMBuildICmp(cg->b, LLVMIntSLT, co[row_dim], src->dims[row_dim], "");
+    LLVMValueRef bytes = LLVMBuildSelect(cg->b, inside, ci32(cg, rows * cols * esize(dst->elem)), ci32(cg, 0), "");
+    /* the issuing thread: thread 0, or the producer warpgroup's first; the
+     * consumers only keep count of the fills */
+    LLVMValueRef issuer = cg->role == ROLE_PRODUCER
+                              ? LLVMBuildICmp(cg->b, LLVMIntEQ, cg->tid, ci32(cg, 32 * cg->nwarps), "")
+                              : cg->role == ROLE_ALL ? thread0(cg) : LLVMConstInt(cg->i1, 0, false);
+    LLVMBasicBlockRef join = if_begin(cg, issuer);
+    LLVMValueRef arm[2] = {bar, bytes};
+    cg_asm(cg, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}",
+           LLVMVoidTypeInContext(cg->ctx), arm, 2);
+    LLVMBasicBlockRef join2 = if_begin(cg, inside);
+    /* coordinates innermost first, as the tensor map lists its dims */
+    StrBuf text;
+    strbuf_open(&text);
+    fprintf(text.f, "cp.async.bulk.tensor.%dd.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {", rank);
+    for (int d = 0; d < rank; d++)
+        fprintf(text.f, "%s$%d", d ? ", " : "", 2 + d);
+    fprintf(text.f, "}], [$%d];", 2 + rank);
+    const char *asm_text = strbuf_finish(&text, cg->a, NULL);
+    const char *cons = rank == 1 ? "r,l,r,r,~{memory}" : rank == 2 ? "r,l,r,r,r,~{memory}"
+                     : rank == 3 ? "r,l,r,r,r,r,~{memory}" : rank == 4 ? "r,l,r,r,r,r,r,~{memory}"
+                                                                : "r,l,r,r,r,r,r,r,~{memory}";
+    LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->tmap_param[map], cg->i64, "");
+    for (int64_t c0 = 0; c0 < cols; c0 += TMA_PANEL) {
+        LLVMValueRef args[8];
+        args[0] = ptr_i32(cg, gep(cg, dst->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
+        args[1] = tmap;
+        for (int d = 0; d < rank; d++) {
+            LLVMValueRef c = co[rank - 1 - d];
+            if (d == 0)
+                c = add(cg, c, ci64(cg, c0));
+            args[2 + d] = LLVMBuildTrunc(cg->b, c, cg->i32, "");
+        }
+        args[2 + rank] = bar;
+        cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 3 + rank);
+    }
+    if_end(cg, join2);
+    if_end(cg, join);
+    /* the fill flips the stage's parity and is in flight */
+    LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
+    LLVMBuildStore(cg->b, LLVMBuildXor(cg->b, LLVMBuildOr(cg->b, state, LLVMBuildShl(cg->b, bit, ci32(cg, 16), ""), ""),
+                                       bit, ""),
+                   r->state);
+    Token *t = NEW(cg->a, Token);
+    t->dst = dst;
+    t->ring = r;
+    t->stage = stage;
+    t->rows = rows;
+    t->cols = cols;
+    t->elem = src->elem;
+    Cv *c = NEW(cg->a, Cv);
+    c->kind = CV_TOKEN;
+    c->tok = t;
+    cv_put(cg, op->results[0], c);
+}
+
+/* The parity of the phase the fill of stage in flight completes: the
+ * stage's bit before that fill flipped it. A stage is filled again only
+ * after its fill was waited for (the double-buffering pass's order), so the
+ * fill a wait names is the stage's last. */
+static LLVMValueRef fill_parity(Cg *cg, LLVMValueRef state, LLVMValueRef stage) {
+    LLVMValueRef bit = LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, state, LLVMBuildTrunc(cg->b, stage, cg->i32, ""), ""),
+                                    ci32(cg, 1), "");
+    return LLVMBuildXor(cg->b, bit, ci32(cg, 1), "");
+}
+
+/* Spins until stage's mbarrier completes the phase with this parity. */
+static void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity) {
+    LLVMBasicBlockRef spin = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tma_wait");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tma_ready");
+    LLVMBuildBr(cg->b, spin);
+    LLVMPositionBuilderAtEnd(cg->b, spin);
+    LLVMValueRef args[2] = {bar, parity};
+    LLVMValueRef ok = cg_asm(cg,
+                             "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n"
+                             "selp.u32 $0, 1, 0, p;\n}",
+                             "=r,r,r,~{memory}", cg->i32, args, 2);
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, ok, ci32(cg, 0), ""), done, spin);
+    LLVMPositionBuilderAtEnd(cg->b, done);
+}
+
+void tma_wait(Cg *cg, const Op *op) {
+    const Token *t = wait_token(cg, op);
+    if (!t)
+        return;
+    if (!t->ring) {
+        cg_err(cg, op, "internal error: tile.wait on a TMA buffer waits for a copy that is not TMA's", NULL);
+        return;
+    }
+    Ring *r = t->ring;
+    LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
+    wait_phase(cg, stage_bar(cg, r, t->stage), fill_parity(cg, state, t->stage));
+    if (cg->role == ROLE_CONSUMER)
+        map_put(cg->a, &cg->wait_tok, op, (void *)t);
+    LLVMValueRef landed = LLVMBuildShl(cg->b, stage_bit(cg, t->stage), ci32(cg, 16), "");
+    LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, LLVMBuildNot(cg->b, landed, ""), ""), r->state);
+}
+
+/* Every fill in flight lands: before the kernel returns (a CTA must not
+ * exit with TMA writes to its shared memory outstanding) and before shared
+ * memory is reused. A later wait for a drained fill passes at once: its
+ * phase has completed (and the stage is not filled again before that wait). */
+void tma_drain(Cg *cg) {
+    for (int i = 0; i < cg->nrings; i++) {
+        Ring *r = &cg->rings[i];
+        for (int s = 0; s < r->stages; s++) {
+            LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
+            LLVMValueRef in_flight = LLVMBuildICmp(cg->b, LLVMIntNE, LLVMBuildAnd(cg->b, state, ci32(cg, 1 << (16 + s)), ""),
+                                                   ci32(cg, 0), "");
+            LLVMBasicBlockRef join = if_begin(cg, in_flight);
+            wait_phase(cg, stage_bar(cg, r, ci64(cg, s)), fill_parity(cg, state, ci64(cg, s)));
+            LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, ci32(cg, ~(1 << (16 + s))), ""), r->state);
+            if_end(cg, join);
+        }
+    }
+}
+
+void tma_release(Cg *cg, const Token *t) {
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
+    LLVMValueRef bar = ptr_i32(cg, gep(cg, SK_I64, t->ring->empty, t->stage));
+    cg_asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", LLVMVoidTypeInContext(cg->ctx), &bar, 1);
+    if_end(cg, join);
 }

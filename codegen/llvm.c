@@ -75,7 +75,16 @@ LLVMValueRef sreg(Cg *cg, const char *name) {
     return cg_call(cg, arena_printf(cg->a, "llvm.nvvm.read.ptx.sreg.%s", name), cg->i32, NULL, 0);
 }
 
-void cg_barrier(Cg *cg) { cg_call(cg, "llvm.nvvm.barrier0", LLVMVoidTypeInContext(cg->ctx), NULL, 0); }
+/* A barrier of the threads running this code: the block, or (warp
+ * specialisation) the consumer warps only, on named barrier 1. */
+void cg_barrier(Cg *cg) {
+    if (cg->role == ROLE_CONSUMER) {
+        const char *text = arena_printf(cg->a, "bar.sync 1, %d;", cg->threads);
+        cg_asm(cg, text, "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+        return;
+    }
+    cg_call(cg, "llvm.nvvm.barrier0", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+}
 
 
 /* Shuffle within the warp: the value of lane ^ mask. */

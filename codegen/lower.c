@@ -519,26 +519,30 @@ static void emit_for(Cg *cg, const Op *op) {
     Cv **init = NEW_ARRAY(cg->a, Cv *, ncarry + 1);
     for (int i = 0; i < ncarry; i++)
         init[i] = cv_get(cg, op->operands[3 + i]);
+    /* the producer carries no tiles (it computes none) */
+    bool *skip = NEW_ARRAY(cg->a, bool, ncarry + 1);
+    for (int i = 0; i < ncarry; i++)
+        skip[i] = cg->role == ROLE_PRODUCER && body->args[1 + i]->type->kind == TY_TILE;
     /* make sure tile inits are tiles before leaving the preheader */
     for (int i = 0; i < ncarry; i++)
-        if (body->args[1 + i]->type->kind == TY_TILE && init[i] && init[i]->kind == CV_VIEW)
+        if (!skip[i] && body->args[1 + i]->type->kind == TY_TILE && init[i] && init[i]->kind == CV_VIEW)
             as_dist(cg, op, op->operands[3 + i]);
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, head);
     LLVMValueRef iv = LLVMBuildPhi(cg->b, cg->i64, "iv");
     LLVMAddIncoming(iv, &lb, &pre, 1);
     Carried *car = NEW_ARRAY(cg->a, Carried, ncarry + 1);
-    for (int i = 0; i < ncarry; i++) {
-        Cv *cv = make_phis(cg, op, body->args[1 + i], init[i], &car[i]);
-        cv_put(cg, body->args[1 + i], cv);
-    }
+    for (int i = 0; i < ncarry; i++)
+        if (!skip[i])
+            cv_put(cg, body->args[1 + i], make_phis(cg, op, body->args[1 + i], init[i], &car[i]));
     if (cg->failed)
         return;
     /* incoming from the preheader: build any conversions there */
     LLVMBasicBlockRef save = LLVMGetInsertBlock(cg->b);
     LLVMPositionBuilderBefore(cg->b, LLVMGetBasicBlockTerminator(pre));
     for (int i = 0; i < ncarry; i++)
-        incoming(cg, op, &car[i], op->operands[3 + i], init[i], pre);
+        if (!skip[i])
+            incoming(cg, op, &car[i], op->operands[3 + i], init[i], pre);
     LLVMPositionBuilderAtEnd(cg->b, save);
     cv_put(cg, body->args[0], cv_scalar(cg, iv));
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, iv, ub, ""), bodybb, exit);
@@ -550,17 +554,19 @@ static void emit_for(Cg *cg, const Op *op) {
         return;
     LLVMValueRef next = LLVMBuildAdd(cg->b, iv, step, "");
     for (int i = 0; i < ncarry; i++) {
-        if (ys[i] && ys[i]->kind == CV_VIEW)
+        if (!skip[i] && ys[i] && ys[i]->kind == CV_VIEW)
             as_dist(cg, op, yv[i]);
     }
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(cg->b);
     for (int i = 0; i < ncarry; i++)
-        incoming(cg, op, &car[i], yv[i], ys[i], latch);
+        if (!skip[i])
+            incoming(cg, op, &car[i], yv[i], ys[i], latch);
     LLVMAddIncoming(iv, &next, &latch, 1);
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, exit);
     for (int i = 0; i < ncarry; i++)
-        cv_put(cg, op->results[i], car[i].cv);
+        if (!skip[i])
+            cv_put(cg, op->results[i], car[i].cv);
 }
 
 static void emit_op(Cg *cg, const Op *op) {
@@ -614,10 +620,90 @@ static void emit_op(Cg *cg, const Op *op) {
     cg_err(cg, op, "%s", arena_printf(cg->a, "'%s' cannot be lowered for %s", name, cg->info->name));
 }
 
+/* ---- warp specialisation -------------------------------------------------------- */
+
+/* The buffer the copy behind a token fills (through the loops that carry
+ * it), or NULL. */
+static const Value *token_buffer(const Value *tok) {
+    for (int depth = 0; tok && depth < 32; depth++) {
+        const Op *d = tok->def;
+        if (d && d->kind == OP_COPY_ASYNC)
+            return d->operands[1];
+        if (d && d->kind == OP_FOR)
+            tok = d->operands[3 + tok->index];
+        else if (!d && tok->owner && tok->owner->parent && tok->owner->parent->parent &&
+                 tok->owner->parent->parent->kind == OP_FOR && tok->index > 0)
+            tok = tok->owner->parent->parent->operands[3 + tok->index - 1];
+        else
+            return NULL;
+    }
+    return NULL;
+}
+
+static bool uses_any(const Op *op, const Map *vals) {
+    for (int i = 0; i < op->noperands; i++)
+        if (map_get(vals, op->operands[i]))
+            return true;
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for (const Op *o = op->regions[r].blocks[b]->first; o; o = o->next)
+                if (uses_any(o, vals))
+                    return true;
+    return false;
+}
+
+/* Consumer: where in blk each waited stage is free again. A tile.wait's
+ * stage is read by the tile.loads of its buffer after it (up to the next
+ * wait on that buffer) and by what uses them (a tile.trans, then the dot,
+ * whose wgmma is complete when it returns): the stage is released after
+ * the last such op, or right after the wait when nothing reads it. */
+static void plan_releases(Cg *cg, const Block *blk) {
+    for (const Op *w = blk->first; w; w = w->next) {
+        if (w->kind != OP_WAIT)
+            continue;
+        const Value *buf = token_buffer(w->operands[0]);
+        const Op *last = w;
+        Map readers;
+        map_init(&readers, false);
+        for (const Op *x = w->next; x && buf; x = x->next) {
+            if (x->kind == OP_WAIT && token_buffer(x->operands[0]) == buf)
+                break;
+            bool reads = (x->kind == OP_LOAD && x->operands[0] == buf) || uses_any(x, &readers);
+            if (reads) {
+                last = x;
+                for (int r = 0; r < x->nresults; r++)
+                    if (x->kind == OP_LOAD || x->kind == OP_TRANS)
+                        map_put(cg->a, &readers, x->results[r], (void *)1);
+            }
+        }
+        PtrVec *v = map_get(&cg->releases, last);
+        if (!v) {
+            v = NEW(cg->a, PtrVec);
+            map_put(cg->a, &cg->releases, last, v);
+        }
+        vec_push(cg->a, v, (void *)w);
+    }
+}
+
+/* The ops the producer warpgroup runs: the copies, the loops around them
+ * and the index arithmetic they need (no tiles: nothing it computes is a
+ * tile, so no shared memory, no barrier). */
+static bool producer_runs(const Op *op) {
+    switch (op->kind) {
+    case OP_CONSTANT: case OP_DIM: case OP_COPY_ASYNC: case OP_FOR: return true;
+    default: break;
+    }
+    const char *name = op_info[op->kind].name;   /* scalars: arithmetic, and elements read from memory */
+    return op->nresults == 1 && op->results[0]->type->kind != TY_TILE &&
+           (strncmp(name, "arith.", 6) == 0 || strncmp(name, "math.", 5) == 0 || op->kind == OP_GATHER);
+}
+
 static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
     int index = 0;
+    if (cg->role == ROLE_CONSUMER)
+        plan_releases(cg, blk);
     for (const Op *op = blk->first; op && !cg->failed; op = op->next, index++) {
-        if (blk == cg->top && index > 0)
+        if (blk == cg->top && index > 0 && cg->role != ROLE_PRODUCER)
             smem_release(cg, index - 1);
         if (op->kind == OP_TILE_YIELD) {
             for (int i = 0; i < op->noperands; i++) {
@@ -628,12 +714,84 @@ static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
             }
             continue;
         }
+        if (cg->role == ROLE_PRODUCER && !producer_runs(op))
+            continue;
+        if (op->kind == OP_ALLOC && cv_get(cg, op->results[0]))   /* a TMA buffer, made before the roles split */
+            continue;
         emit_op(cg, op);
+        PtrVec *free = cg->role == ROLE_CONSUMER ? map_get(&cg->releases, op) : NULL;
+        for (int i = 0; free && i < free->len && !cg->failed; i++) {
+            const Token *t = map_get(&cg->wait_tok, free->items[i]);
+            if (t && t->ring)
+                tma_release(cg, t);
+        }
     }
 }
 
 
 /* ---- the kernel ----------------------------------------------------------------- */
+
+/* Registers a producer warpgroup keeps after setmaxnreg.dec (it only
+ * issues copies), and the most a thread may have. */
+enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
+
+/* Warp specialisation (FlashAttention-3's): the buffers TMA fills and
+ * their mbarriers are made by every thread; then the consumer warps run the
+ * body (waiting for stages, releasing them as they finish reading) and the
+ * producer warpgroup runs it again with only the copies (waiting for free
+ * stages); setmaxnreg hands the producer's registers to the consumers. */
+static void emit_specialised(Cg *cg, const Block *body) {
+    for (const Op *op = body->first; op && !cg->failed; op = op->next)
+        if (op->kind == OP_ALLOC && map_get(&cg->tma_bufs, op->results[0]))
+            emit_alloc(cg, op);
+    Map shared;   /* the values both roles see: the parameters, the buffers */
+    map_init(&shared, false);
+    for (int i = 0; i < cg->vals.cap; i++)
+        if (cg->vals.keys[i])
+            map_put(cg->a, &shared, cg->vals.keys[i], cg->vals.vals[i]);
+    LLVMBasicBlockRef prod = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "producer");
+    LLVMBasicBlockRef cons = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "consumer");
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntUGE, cg->warp, ci32(cg, cg->nwarps), ""), prod, cons);
+    /* the consumers get what the producer gives up, in multiples of 8 */
+    int64_t regs = (65536 - 32 * cg->producer_warps * PRODUCER_REGS) / cg->threads / 8 * 8;
+    LLVMPositionBuilderAtEnd(cg->b, cons);
+    cg->role = ROLE_CONSUMER;
+    cg_asm(cg, arena_printf(cg->a, "setmaxnreg.inc.sync.aligned.u32 %d;", (int)(regs < MAX_REGS ? regs : MAX_REGS)),
+           "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    /* ping-pong: warpgroup 0 goes first (the last one's arrival stands for
+     * a turn before the loop); after the loop warpgroup 0 takes the last
+     * arrival meant for it, so no barrier is left half-arrived */
+    LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), ""), last = ci32(cg, cg->nwarps / 4 - 1);
+    if (cg->pingpong) {
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, last, ""));
+        pingpong_barrier(cg, "arrive", ci32(cg, 0));
+        if_end(cg, join);
+    }
+    emit_block(cg, body, NULL, NULL);
+    if (cg->failed)
+        return;
+    if (cg->pingpong) {
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, 0), ""));
+        pingpong_barrier(cg, "sync", ci32(cg, 0));
+        if_end(cg, join);
+    }
+    cg->target->drain(cg);
+    LLVMBuildRetVoid(cg->b);
+    LLVMPositionBuilderAtEnd(cg->b, prod);
+    cg->vals = shared;
+    cg->role = ROLE_PRODUCER;
+    cg_asm(cg, arena_printf(cg->a, "setmaxnreg.dec.sync.aligned.u32 %d;", PRODUCER_REGS), "~{memory}",
+           LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    /* one warp of the warpgroup runs the copies (one of its threads issues
+     * them); the other three have nothing to do */
+    LLVMBasicBlockRef idle = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "idle");
+    LLVMBasicBlockRef copier = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "copier");
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->warp, ci32(cg, cg->nwarps), ""), copier, idle);
+    LLVMPositionBuilderAtEnd(cg->b, idle);
+    LLVMBuildRetVoid(cg->b);
+    LLVMPositionBuilderAtEnd(cg->b, copier);
+    emit_block(cg, body, NULL, NULL);
+}
 
 bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info) {
@@ -664,15 +822,27 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->R = rows->i;
     cg->nwarps = (int)warps->i;
     cg->mrep = (int)blocks->i;
-    cg->threads = 32 * cg->nwarps;
+    cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
+    Attr *producer = op_attr(launch, "nv.producer_warps"), *pingpong = op_attr(launch, "nv.pingpong");
+    cg->producer_warps = producer ? (int)producer->i : 0;
+    cg->pingpong = pingpong && pingpong->i && cg->producer_warps && cg->nwarps >= 8;
+    if (cg->producer_warps && (cg->producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
+        return cg_err(cg, launch, "internal error: nv.producer_warps must be 4 (a warpgroup), after whole warpgroups "
+                                  "of consumers, on sm_90a", NULL);
+    int launch_threads = cg->threads + 32 * cg->producer_warps;
+    map_init(&cg->releases, false);
+    map_init(&cg->wait_tok, false);
 
-    /* the function: memref pointers, the block's dims, then the first y of
-     * this launch (below) */
+    /* the function: memref pointers, the block's dims, the first y of this
+     * launch (below), then the tensor maps of its TMA copies (sm_90a) */
+    map_init(&cg->tma_bufs, false);
+    if (!tma_collect(cg, body))
+        return false;
     int nmem = launch->noperands - 3 + launch->nresults;
-    int nparams = nmem + k->ndims + 1;
+    int y_param = nmem + k->ndims, nparams = y_param + 1 + cg->ntmaps;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
     for (int i = 0; i < nparams; i++)
-        pt[i] = i < nmem ? cg->p1 : i < nparams - 1 ? cg->i64 : cg->i32;
+        pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32 : LLVMPointerTypeInContext(ctx, 0);
     LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), pt, (unsigned)nparams, false);
     cg->fn = LLVMAddFunction(mod, k->name, ft);
     LLVMSetFunctionCallConv(cg->fn, 71 /* ptx_kernel */);
@@ -685,7 +855,26 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     }
     for (int i = 0; i < k->ndims; i++)
         LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nmem + i)), k->dims[i], strlen(k->dims[i]));
-    LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nparams - 1)), "y_offset", 8);
+    LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)y_param), "y_offset", 8);
+    /* A CUtensorMap (128 bytes) by value: byval, 64-byte aligned, and
+     * grid_constant, so that its address is the parameter's own (cvta.param,
+     * what TMA reads) instead of a copy in local memory. */
+    LLVMMetadataRef gc[8];
+    for (int j = 0; j < cg->ntmaps; j++) {
+        unsigned at = (unsigned)(y_param + 1 + j);
+        LLVMValueRef p = cg->tmap_param[j] = LLVMGetParam(cg->fn, at);
+        LLVMTypeRef map = LLVMArrayType(LLVMInt8TypeInContext(ctx), 128);
+        LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateTypeAttribute(ctx, LLVMGetEnumAttributeKindForName("byval", 5), map));
+        LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateEnumAttribute(ctx, LLVMGetEnumAttributeKindForName("align", 5), 64));
+        const char *nm = arena_printf(a, "tmap_%s", body->args[3 + cg->tmaps[j].arg]->name ? body->args[3 + cg->tmaps[j].arg]->name : "mem");
+        LLVMSetValueName2(p, nm, strlen(nm));
+        gc[j] = LLVMValueAsMetadata(ci32(cg, at + 1));   /* 1-based */
+    }
+    if (cg->ntmaps) {
+        LLVMMetadataRef ann[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "grid_constant", 13),
+                                  LLVMMDNodeInContext2(ctx, gc, (size_t)cg->ntmaps)};
+        LLVMAddNamedMetadataOperand(mod, "nvvm.annotations", LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
+    }
     cg->smem = LLVMGetNamedGlobal(mod, "attnc_smem");
     if (!cg->smem) {
         LLVMTypeRef at = LLVMArrayType(LLVMInt8TypeInContext(ctx), 0);
@@ -708,7 +897,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
      * both re-read by ptxas at no register cost (a z split folded back here,
      * with a bounds test, made sm_70 spill). */
     cv_put(cg, body->args[1], cv_scalar(cg, zext64(cg, LLVMBuildAdd(cg->b, sreg(cg, "ctaid.y"),
-                                                                    LLVMGetParam(cg->fn, (unsigned)(nparams - 1)), ""))));
+                                                                    LLVMGetParam(cg->fn, (unsigned)y_param), ""))));
 
     /* memrefs: row-major, strides from the dims */
     for (int i = 0; i < nmem; i++) {
@@ -745,28 +934,41 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     int index = 0;
     for (const Op *o = body->first; o; o = o->next)
         note_uses(cg, o, index++);
-    emit_block(cg, body, NULL, NULL);
-    if (!cg->failed && target->drain)
-        target->drain(cg);
+    if (!cg->producer_warps) {
+        emit_block(cg, body, NULL, NULL);
+        if (!cg->failed && target->drain)
+            target->drain(cg);
+    } else {
+        emit_specialised(cg, body);
+    }
     if (!cg->failed)
         LLVMBuildRetVoid(cg->b);
     LLVMDisposeBuilder(cg->b);
     if (cg->failed)
         return false;
 
-    /* launch bounds: exactly `threads` per block */
+    /* launch bounds: exactly `threads` per block (and, for setmaxnreg to
+     * take effect, at least one block per SM) */
     LLVMMetadataRef ann[3] = {
         LLVMValueAsMetadata(cg->fn),
         LLVMMDStringInContext2(ctx, "maxntidx", 8),
-        LLVMValueAsMetadata(ci32(cg, cg->threads)),
+        LLVMValueAsMetadata(ci32(cg, launch_threads)),
     };
     LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                 LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
+    if (cg->producer_warps) {
+        LLVMMetadataRef min[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "minctasm", 8),
+                                  LLVMValueAsMetadata(ci32(cg, 1))};
+        LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
+                                    LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, min, 3)));
+    }
     if (cg->smem_bytes > cg->info->smem_limit)   /* the most a block can opt in to */
         return cg_err(cg, launch, "%s",
                       arena_printf(a, "the kernel needs %lld bytes of shared memory; %s has %lld",
                                    (long long)cg->smem_bytes, cg->info->name, (long long)cg->info->smem_limit));
-    info->threads = cg->threads;
+    info->threads = launch_threads;
+    info->ntmaps = cg->ntmaps;
+    memcpy(info->tmaps, cg->tmaps, sizeof cg->tmaps);
     info->smem_bytes = (cg->smem_bytes + 15) & ~(int64_t)15;
     return true;
 }

@@ -75,10 +75,32 @@ typedef struct Mem {
     int swizzle;                        /* shared: 0, or 128 (the last two dims as smem_offset lays them out) */
 } Mem;
 
+/* A shared buffer that TMA fills (sm_90a): an mbarrier per stage, and, in
+ * an i32 alloca that mem2reg turns into one register, a bit per stage for
+ * the parity of the phase its next fill completes (bits 0-15) and one for
+ * a fill in flight (issued, not waited: bits 16-31). */
+typedef struct Ring {
+    const Mem *buf;
+    int stages;
+    LLVMValueRef bars;             /* ptr addrspace(3): stages × 8 bytes */
+    LLVMValueRef state;            /* i32 alloca */
+    /* warp specialisation: a stage's "empty" mbarrier, which each consumer
+     * warp arrives on when done reading it, and the producer's parities */
+    LLVMValueRef empty, empty_phase;
+} Ring;
+
+/* Which threads the code being emitted runs on (warp specialisation). */
+typedef enum Role {
+    ROLE_ALL,        /* every warp copies and computes */
+    ROLE_CONSUMER,   /* the consumer warps: compute, wait for stages, release them */
+    ROLE_PRODUCER,   /* the producer warpgroup: the copies and the index arithmetic they need */
+} Role;
+
 /* An in-flight copy (tile.copy_async): register prefetch holds the loaded
- * registers; an asynchronous copy holds none. */
+ * registers; an asynchronous copy holds none (TMA: its ring). */
 typedef struct Token {
     const Mem *dst;
+    Ring *ring;
     LLVMValueRef stage;
     int nregs;
     LLVMValueRef *regs;
@@ -171,10 +193,28 @@ struct Cg {
     /* dynamic shared memory: live ranges, reused once their owner is dead */
     int64_t smem_bytes;               /* the peak */
     int nlive;
-    struct Live { int64_t off, size; const Value *owner; } live[64];
+    struct Live { int64_t off, size; const Value *owner; } live[64], dead[64];
+    int ndead;                        /* freed buffers (-1: more than dead[] holds) */
     const Value *owner;               /* whose buffer smem_alloc makes now */
     const Block *top;                 /* the launch body */
     Map last_use;                     /* Value* -> index of its last top-level op + 1 */
+    /* TMA (sm_90a, copy.c): the tensor maps the kernel takes, the buffers
+     * TMA fills (alloc Value* -> 1) and their rings */
+    int ntmaps;
+    KernelTmap tmaps[8];
+    const Value *tmap_src[8];
+    LLVMValueRef tmap_param[8];
+    Map tma_bufs;
+    int nrings;
+    Ring rings[8];
+    /* warp specialisation (sm_90a, the launch's nv.producer_warps): warps
+     * [0, nwarps) compute, a producer warpgroup after them issues the TMA
+     * copies; the body is emitted once per role (lower.c) */
+    Role role;
+    int producer_warps;
+    bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
+    Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */
+    Map wait_tok;   /* consumer: tile.wait Op* -> the Token it waited for */
 };
 
 /* ---- llvm.c ------------------------------------------------------------------ */
@@ -260,6 +300,18 @@ void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
 void cp_async_copy(Cg *cg, const Op *op);
 void cp_async_wait(Cg *cg, const Op *op);
 void cp_async_drain(Cg *cg);
+/* TMA (sm_90a): the kernel's tensor maps (before its parameters are made),
+ * the mbarriers of a buffer TMA fills (at its tile.alloc), the copies, the
+ * waits on their stages' mbarriers, and the drain of fills in flight */
+bool tma_collect(Cg *cg, const Block *blk);
+void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars);
+void tma_copy(Cg *cg, const Op *op);
+void tma_wait(Cg *cg, const Op *op);
+void tma_drain(Cg *cg);
+/* warp specialisation: the stage a tile.wait waited for is free (consumer) */
+void tma_release(Cg *cg, const Token *t);
+/* ping-pong: bar.sync / bar.arrive on warpgroup wg's turn (sm90a.c) */
+void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg);
 
 /* ---- lower.c ------------------------------------------------------------------- */
 

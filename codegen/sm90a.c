@@ -1,9 +1,9 @@
 /* sm90a.c — Hopper (sm_90a): tile.dot on wgmma.mma_async, behind lower.h's
  * CgTarget. It emits what passes/nv_layout.c's sm90a-layout decided
- * (doc/codegen.md). This is the first step of the Hopper generator: the
- * kernel is the sm_80 one (cp.async stages from the double-buffering pass,
- * every warp a consumer) with its MMAs on wgmma; TMA, mbarriers and warp
- * specialisation come next.
+ * (doc/codegen.md). The kernel around the dots: TMA copies into the
+ * double-buffering pass's stages with mbarriers (copy.c), issued by a
+ * producer warpgroup under warp specialisation (lower.c); the consumer
+ * warps run the dots and the softmax.
  *
  *   accumulator  wgmma's, which per warp is m16n8k16's (sm80.c): warp w of
  *                a warpgroup holds rows 16w..16w+15 of the warpgroup's 64,
@@ -16,9 +16,11 @@
  *                lie in 128-byte swizzled panels of 64 columns (smem.c's
  *                smem_offset). fence, the k-steps, commit, wait 0: the dot
  *                is synchronous to the code around it.
- *   copies       cp.async (copy.c) into the swizzled stages, and
- *                fence.proxy.async before the barrier that publishes them:
- *                wgmma reads shared memory through the async proxy.
+ *   copies       TMA (copy.c) into the swizzled stages, or cp.async with
+ *                fence.proxy.async before the barrier that publishes them
+ *                (wgmma reads shared memory through the async proxy)
+ *   ping-pong    (nv.pingpong) the consumer warpgroups take turns at their
+ *                dots, on named barriers
  *
  * f16 and bf16 operands; f32 accumulators, or f16 (pairs in b32 registers)
  * for f16 operands.
@@ -121,8 +123,21 @@ static void wgmma(Cg *cg, int n, ScalarKind ek, bool acc16, LLVMValueRef *acc, L
         acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
 }
 
-/* wgmma.wait_group 0 with every accumulator passed through it: their uses
- * come after the wait (LLVM sees the asm define them). */
+static LLVMValueRef add32(Cg *cg, LLVMValueRef x, int64_t y) { return LLVMBuildAdd(cg->b, x, ci32(cg, y), ""); }
+
+/* Ping-pong (FlashAttention-3): the consumer warpgroups issue their dots in
+ * turn, so one's softmax runs while another's dots keep the tensor cores
+ * busy. Named barrier 2 + w is warpgroup w's turn: it syncs there (128
+ * threads) before its dots, and once they are issued arrives at the next
+ * warpgroup's (128 more: 256 in all). */
+void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg) {
+    LLVMValueRef id = add32(cg, wg, 2);
+    cg_asm(cg, arena_printf(cg->a, "bar.%s $0, 256;", how), "r,~{memory}", LLVMVoidTypeInContext(cg->ctx), &id, 1);
+}
+
+/* wgmma.wait_group 0 (after the commit) with every accumulator passed
+ * through it: their uses come after the wait (LLVM sees the asm define
+ * them). */
 static void wait_all(Cg *cg, LLVMValueRef *acc, int n) {
     StrBuf cons;
     strbuf_open(&cons);
@@ -135,7 +150,6 @@ static void wait_all(Cg *cg, LLVMValueRef *acc, int n) {
     for (int i = 0; i < n; i++)
         fields[i] = LLVMTypeOf(acc[i]);
     LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)n, false);
-    cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     LLVMValueRef r = cg_asm(cg, "wgmma.wait_group.sync.aligned 0;", strbuf_finish(&cons, cg->a, NULL), st, acc, n);
     for (int i = 0; i < n; i++)
         acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
@@ -196,6 +210,9 @@ static void emit_dot(Cg *cg, const Op *op) {
             LLVMValueRef x = dist_get(cg, p, (Pos){0, ks, 2 * j}), y = dist_get(cg, p, (Pos){0, ks, 2 * j + 1});
             afr[4 * ks + j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
         }
+    LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
+    if (cg->pingpong && cg->role == ROLE_CONSUMER)   /* this warpgroup's turn */
+        pingpong_barrier(cg, "sync", wg);
     cg_asm(cg, "wgmma.fence.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     for (int64_t n0 = 0; n0 < N; n0 += 256) {   /* N up to 256 an instruction */
         int n = (int)(N - n0 < 256 ? N - n0 : 256);
@@ -204,6 +221,9 @@ static void emit_dot(Cg *cg, const Op *op) {
             wgmma(cg, n, ek, acc16, acc + n0 / 8 * per, p ? NULL : operand_at(cg, &ao, ks), p ? afr + 4 * ks : NULL,
                   operand_at(cg, &bo, ks), !(fresh && ks == 0), a_mn, b_mn);
     }
+    cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    if (cg->pingpong && cg->role == ROLE_CONSUMER)   /* issued: the next warpgroup's turn */
+        pingpong_barrier(cg, "arrive", LLVMBuildURem(cg->b, add32(cg, wg, 1), ci32(cg, cg->nwarps / 4), ""));
     wait_all(cg, acc, nacc);
     Dist *r = dist_new(cg, rt->elem, cg->R, N);
     for (int i = 0; i < nacc; i++)
@@ -211,14 +231,36 @@ static void emit_dot(Cg *cg, const Op *op) {
     cv_put(cg, op->results[0], cv_dist(cg, r));
 }
 
+/* A launch's copies are all TMA's or all cp.async's (sm90a-layout). */
+static void copy_async(Cg *cg, const Op *op) {
+    Attr *how = op_attr(op, "nv.copy");
+    if (how && strcmp(how->s, "tma") == 0)
+        tma_copy(cg, op);
+    else
+        cp_async_copy(cg, op);
+}
+
+static void wait(Cg *cg, const Op *op) {
+    const Token *t = wait_token(cg, op);
+    if (t && t->ring)
+        tma_wait(cg, op);
+    else if (t)
+        cp_async_wait(cg, op);
+}
+
+static void drain(Cg *cg) {
+    cp_async_drain(cg);
+    tma_drain(cg);
+}
+
 const CgTarget sm90a_target = {
     .name = "sm_90a",
     .acc_layout = mma16_acc_layout,
     .acc_coords = mma16_acc_coords,
     .dot = emit_dot,
-    .copy_async = cp_async_copy,
-    .wait = cp_async_wait,
-    .drain = cp_async_drain,
+    .copy_async = copy_async,
+    .wait = wait,
+    .drain = drain,
     .async_proxy = true,
     .smem_align = 1024,
     .pair_stores = true,

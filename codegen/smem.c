@@ -6,8 +6,8 @@
 
 /* Dynamic shared memory, 16-byte aligned, first fit among the live buffers.
  * A buffer belongs to cg->owner (a value of the launch body, freed after its
- * last use there; NULL: freed by the caller). Memory that another buffer used
- * before is reused only after a barrier: other warps may still read it (and,
+ * last use there; NULL: freed by the caller). Memory that a dead buffer used
+ * is reused only after a barrier: other warps may still read it (and,
  * with asynchronous copies, after those in flight have landed). */
 LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
     bytes = (bytes + 15) & ~(int64_t)15;
@@ -20,7 +20,10 @@ LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
                 moved = true;
             }
     }
-    if (off < cg->smem_bytes) {
+    bool reused = cg->ndead < 0;   /* too many to track: anything could be */
+    for (int i = 0; i < cg->ndead; i++)
+        reused |= off < cg->dead[i].off + cg->dead[i].size && cg->dead[i].off < off + bytes;
+    if (reused) {
         if (cg->target->drain)
             cg->target->drain(cg);
         cg_barrier(cg);
@@ -65,6 +68,10 @@ void smem_release(Cg *cg, int index) {
         intptr_t last = o ? (intptr_t)map_get(&cg->last_use, o) : 0;
         if (o && last > index + 1)
             cg->live[k++] = cg->live[i];
+        else if (cg->ndead >= 0 && cg->ndead < 64)   /* memory some buffer used */
+            cg->dead[cg->ndead++] = cg->live[i];
+        else
+            cg->ndead = -1;
     }
     cg->nlive = k;
 }
@@ -124,7 +131,14 @@ void emit_alloc(Cg *cg, const Op *op) {
         cg_err(cg, op, "internal error: nv.swizzle 128 needs 16-bit tiles of 8k rows and 64k columns", NULL);
         return;
     }
+    /* a buffer TMA fills has an mbarrier per stage, living as long as it
+     * (placed first: in the gap a 1024-aligned buffer leaves they would
+     * reuse memory, which drains the copies in flight) */
+    bool tma = map_get(&cg->tma_bufs, op->results[0]) != NULL;
+    LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (cg->producer_warps ? 2 : 1), 8) : NULL;
     c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
+    if (tma)
+        tma_ring_init(cg, op, c->mem, bars);
     cg->owner = NULL;
     cv_put(cg, op->results[0], c);
 }

@@ -1399,9 +1399,16 @@ static void lower_schedule(Sema *s, const Item *it) {
             want = 1; lo = 1; hi = 8; multiple = 1;
         } else if (strcmp(dr->name, "warps") == 0) {
             want = 1; lo = 1; hi = 16; multiple = 1;
+        } else if (strcmp(dr->name, "producer") == 0 || strcmp(dr->name, "pingpong") == 0) {   /* sm_90a: 1 on, 0 off */
+            want = 1; lo = 0; hi = 1; multiple = 1;
+            if (strcmp(it->target, "sm_90a") != 0) {
+                diag_error(s->d, s->src, dr->loc, "'%s' is a schedule directive of sm_90a only (%s)", dr->name,
+                           strcmp(dr->name, "producer") == 0 ? "warp specialisation" : "warpgroup ping-pong");
+                continue;
+            }
         } else {
             diag_error(s->d, s->src, dr->loc, "unknown schedule directive '%s'", dr->name);
-            diag_note(s->d, s->src, dr->loc, "directives are tile, stages and warps");
+            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, producer and pingpong");
             continue;
         }
         if (attrs_get(sched->entries, sched->n, dr->name)) {
@@ -1425,7 +1432,11 @@ static void lower_schedule(Sema *s, const Item *it) {
                 continue;
             }
             bool pow2 = x > 0 && (x & (x - 1)) == 0;
-            if (x < lo || x > hi || x % multiple || (strcmp(dr->name, "warps") == 0 && !pow2)) {
+            if (hi == 1 && (x < lo || x > hi)) {   /* a switch */
+                diag_error(s->d, s->src, dr->arg_locs[j], "%s must be 0 (off) or 1 (on), not %lld", dr->name,
+                           (long long)x);
+                ok = false;
+            } else if (x < lo || x > hi || x % multiple || (strcmp(dr->name, "warps") == 0 && !pow2)) {
                 diag_error(s->d, s->src, dr->arg_locs[j], "%s must be %s between %lld and %lld, not %lld",
                            dr->name,
                            strcmp(dr->name, "tile") == 0 ? "a multiple of 16"

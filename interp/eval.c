@@ -920,9 +920,18 @@ static void land(Copy *c) {
 /* tile.wait lands its copy and every earlier one (copies complete in
  * order). With nv.pending = P (sm_80's cp.async.wait_group P) it lands all
  * but the P copies issued last instead, whichever copy it names: a P that
- * leaves the named copy in flight reads an unlanded stage. */
+ * leaves the named copy in flight reads an unlanded stage. A TMA copy
+ * (nv.copy "tma", sm_90a) completes on its own stage's mbarrier: the wait
+ * lands that copy only. */
 static bool eval_wait(Interp *in, const Op *op) {
     int64_t seq = (int64_t)get(in, op->operands[0])->data[0];
+    Copy *mine = seq >= 0 && seq < in->copies.len ? in->copies.items[seq] : NULL;
+    Attr *how = mine ? op_attr(mine->op, "nv.copy") : NULL;
+    if (how && how->kind == AT_STR && strcmp(how->s, "tma") == 0) {
+        if (!mine->done)
+            land(mine);
+        return true;
+    }
     Attr *pending = op_attr(op, "nv.pending");
     if (pending) {
         if (pending->kind != AT_INT || pending->i < 0)

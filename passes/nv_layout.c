@@ -72,6 +72,7 @@ typedef struct Lower {
     Gen gen;
     const Target *t;
     int row_blocks;   /* of the launch being lowered: 16-row blocks per warp */
+    bool tma;         /* sm_90a: the launch's copies are TMA copies (tma_copies) */
 } Lower;
 
 /* ---- bank conflicts -------------------------------------------------------------- */
@@ -339,6 +340,17 @@ static bool fits_in_fragments(const Lower *l, const Type *t) {
     return 16 * l->row_blocks * t->dims[1].size / 64 <= 32;
 }
 
+/* sm_90a: every copy of the launch is a TMA copy (tma_copies). */
+static void annotate_tma(Arena *a, const Block *blk) {
+    for (Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_COPY_ASYNC)
+            op_set_attr(a, op, "nv.copy", attr_str(a, "tma"));
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                annotate_tma(a, op->regions[r].blocks[k]);
+    }
+}
+
 static void annotate(const Lower *l, const Block *top, const Block *blk) {
     Arena *a = l->ctx->arena;
     for (Op *op = blk->first; op; op = op->next) {
@@ -509,6 +521,64 @@ static const Op *narrow_shared_tile(const Lower *l, const Block *top, const Bloc
     return NULL;
 }
 
+/* sm_90a: whether TMA can make this copy. The source is a tensor the
+ * kernel takes (the runtime encodes a tensor map over it: rank at most 5,
+ * 16-bit, its rows a multiple of 16 bytes: a static innermost dim), the box
+ * is rows of a contiguous run of the innermost dim, and the destination is
+ * [stages, rows <= 256, 64-column panels], 128-byte swizzled (what
+ * SWIZZLE_128B writes, a panel per TMA box). */
+static bool tma_copy_ok(const Block *top, const Op *op) {
+    const Value *src = op->operands[0];
+    const Type *st = src->type, *dt = op->operands[1]->type;
+    bool param = false;
+    for (int i = 3; i < top->nargs; i++)
+        param |= top->args[i] == src;
+    Attr *dims = op_attr(op, "dims");
+    const Op *alloc = op->operands[1]->def;
+    int inner = st->rank - 1;
+    return param && st->rank <= 5 && is_16bit(st->elem) && !st->dims[inner].sym &&
+           st->dims[inner].size * 2 % 16 == 0 && dims && dims->n == 2 && dims->elems[1]->i == inner &&
+           dims->elems[0]->i >= 0 && dims->elems[0]->i < inner && dt->rank == 3 && dt->dims[1].size <= 256 &&
+           dt->dims[2].size % 64 == 0 && alloc && op_attr(alloc, "nv.swizzle");
+}
+
+/* Whether v is computed from x (through at most 64 ops). */
+static bool depends_on(const Value *v, const Value *x, int depth) {
+    if (v == x)
+        return true;
+    if (!v->def || depth > 64)
+        return false;
+    for (int i = 0; i < v->def->noperands; i++)
+        if (depends_on(v->def->operands[i], x, depth + 1))
+            return true;
+    return false;
+}
+
+/* Whether a loop's key range in blk depends on the query tile (pid x): a
+ * causal mask or a window. */
+static bool keys_follow_queries(const Block *blk, const Value *pid_x) {
+    for (const Op *op = blk->first; op; op = op->next)
+        if (op->kind == OP_FOR && (depends_on(op->operands[0], pid_x, 0) || depends_on(op->operands[1], pid_x, 0)))
+            return true;
+    return false;
+}
+
+/* Whether every copy in blk can be a TMA copy (and there is one): a launch
+ * takes TMA for all its copies or none, so cp.async's group counts
+ * (nv.pending) never mix with mbarriers. */
+static bool tma_copies(const Block *top, const Block *blk, int *n) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_COPY_ASYNC && !tma_copy_ok(top, op))
+            return false;
+        *n += op->kind == OP_COPY_ASYNC;
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                if (!tma_copies(top, op->regions[r].blocks[k], n))
+                    return false;
+    }
+    return true;
+}
+
 static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;
     const Block *body = launch->regions[0].blocks[0];
@@ -601,10 +671,30 @@ static bool layout_launch(const Lower *l, Op *launch) {
     Lower lw = *l;
     lw.row_blocks = row_blocks;
     l = &lw;
-    annotate(l, body, body);   /* in order: a dot's loads come before it */
+    annotate(l, body, body);   /* in order: a dot's loads come before it (and allocs before copies) */
+    int ncopies = 0;
+    if (l->gen == SM90 && tma_copies(body, body, &ncopies) && ncopies) {
+        lw.tma = true;
+        annotate_tma(a, body);
+        /* warp specialisation: a producer warpgroup issues the copies.
+         * Default (measured on the H200, bench/RESULTS.md session 6): on
+         * for attention with 128-wide score tiles or key ranges that follow
+         * the query tile (causal, windows); off for 64-wide score tiles
+         * over every key (head dim 64, no mask), which without it fit two
+         * blocks per SM and run faster so, and for GEMMs (no score tile;
+         * the same speed either way). The schedule's producer(0|1) decides. */
+        Attr *ws = op_attr(launch, "producer"), *pp = op_attr(launch, "pingpong");
+        bool specialise = ws ? ws->i != 0 : s.dot_cols > 64 || keys_follow_queries(body, body->args[0]);
+        if (specialise) {
+            op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
+            /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
+            if (warps >= 8 && pp && pp->i)
+                op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
+        }
+    }
     if (s.dots)
         partial_row_sums(a, launch);
-    if (l->gen != SM70) {
+    if (l->gen != SM70 && !l->tma) {
         Map group;
         map_init(&group, false);
         int count = 0;
@@ -629,16 +719,16 @@ static bool walk(const Lower *l, Block *blk) {
 }
 
 bool pass_sm70_layout(Op *module, PassContext *ctx) {
-    Lower l = {ctx, SM70, target_lookup("sm_70"), 1};
+    Lower l = {ctx, SM70, target_lookup("sm_70"), 1, false};
     return walk(&l, op_body(module));
 }
 
 bool pass_sm80_layout(Op *module, PassContext *ctx) {
-    Lower l = {ctx, SM80, target_lookup("sm_80"), 1};
+    Lower l = {ctx, SM80, target_lookup("sm_80"), 1, false};
     return walk(&l, op_body(module));
 }
 
 bool pass_sm90a_layout(Op *module, PassContext *ctx) {
-    Lower l = {ctx, SM90, target_lookup("sm_90a"), 1};
+    Lower l = {ctx, SM90, target_lookup("sm_90a"), 1, false};
     return walk(&l, op_body(module));
 }

@@ -38,3 +38,33 @@ bool pass_test_pending_plus_one(Op *module, PassContext *ctx) {
     pending_plus_one(module, ctx->arena);
     return true;
 }
+
+/* test-swap-waits: in every loop that waits on two tokens it carries (the K
+ * and V copies), each wait names the other token. Waiting for the V copy
+ * where the K copy is read is harmless where a wait lands every earlier
+ * copy (cp.async groups), and wrong for TMA, whose wait lands its own
+ * stage only: the twin that shows the interpreter keeps that difference. */
+static void swap_waits(Op *op) {
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++) {
+            Block *blk = op->regions[r].blocks[b];
+            Op *waits[2];
+            int n = 0;
+            for_each_op(inner, blk) {
+                if (op->kind == OP_FOR && inner->kind == OP_WAIT && !inner->operands[0]->def && n < 2)
+                    waits[n++] = inner;
+                swap_waits(inner);
+            }
+            if (n == 2 && waits[0]->operands[0] != waits[1]->operands[0]) {
+                Value *t = waits[0]->operands[0];
+                waits[0]->operands[0] = waits[1]->operands[0];
+                waits[1]->operands[0] = t;
+            }
+        }
+}
+
+bool pass_test_swap_waits(Op *module, PassContext *ctx) {
+    (void)ctx;
+    swap_waits(module);
+    return true;
+}

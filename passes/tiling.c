@@ -223,6 +223,12 @@ static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
     Attr *w = schedule_directive(func, ctx->arch, "warps");
     if (w)
         op_set_attr(ctx->arena, launch, "warps", attr_int(ctx->arena, w->i));
+    static const char *const sm90a[] = {"producer", "pingpong"};   /* sm90a-layout reads them */
+    for (int i = 0; i < 2; i++) {
+        Attr *p = schedule_directive(func, ctx->arch, sm90a[i]);
+        if (p)
+            op_set_attr(ctx->arena, launch, sm90a[i], attr_int(ctx->arena, p->i));
+    }
 }
 
 /* Defaults per target: query rows x key rows for attention (the key rows

@@ -45,6 +45,17 @@ typedef struct TensorSpec {
     Dim dims[ATTNRT_MAX_RANK];
 } TensorSpec;
 
+/* A tensor map a kernel takes by value (sm_90a TMA; manifest "tmap"): over
+ * tensor `tensor`, boxes of box[] elements (outermost first), encoded at
+ * launch and kept while the tensor's pointer and shape stay the same. */
+typedef struct TmapSpec {
+    int tensor;
+    unsigned box[ATTNRT_MAX_RANK];
+    void *ptr;                          /* the cached map's */
+    int64_t shape[ATTNRT_MAX_RANK];
+    uint64_t map[16];                   /* a CUtensorMap (a copy: the module is malloc'd, 16-byte aligned) */
+} TmapSpec;
+
 typedef struct KernelSpec {
     char name[128];
     char grid[3][256];
@@ -54,6 +65,8 @@ typedef struct KernelSpec {
     int nargs;
     int args[MAX_ARGS];   /* tensor indices */
     void *fn;             /* CUfunction, once loaded */
+    int ntmaps;           /* tensor maps, passed after the other parameters */
+    TmapSpec tmaps[4];
 } KernelSpec;
 
 typedef struct Assert {
@@ -281,6 +294,41 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
             if (t < 0)
                 return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, w[i]);
             k->args[k->nargs++] = t;
+        }
+    } else if (strcmp(e->what, "tmap") == 0) {   /* belongs to the kernel line before it */
+        NEED(kernel, "kernel");
+        NEED(tensor, "tensor");
+        NEED(box, "box");
+        NEED(swizzle, "swizzle");
+        KernelSpec *k = cur->nkernels ? &cur->kernels[cur->nkernels - 1] : NULL;
+        if (!k || strcmp(k->name, kernel) != 0)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tmap of kernel '%s' does not follow its kernel line",
+                        lineno, kernel);
+        if (k->ntmaps == 4)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than 4 tensor maps", lineno);
+        TmapSpec *tm = &k->tmaps[k->ntmaps++];
+        tm->tensor = tensor_index(cur, tensor);
+        if (tm->tensor < 0)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, tensor);
+        const TensorSpec *ts = &cur->tensors[tm->tensor];
+        if (ts->dtype != ATTNRT_F16 && ts->dtype != ATTNRT_BF16)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tmap of a %s tensor (TMA maps f16 and bf16)", lineno,
+                        attnrt_dtype_name(ts->dtype));
+        if (strcmp(swizzle, "128") != 0)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: swizzle=%s is not known to this runtime", lineno,
+                        swizzle);
+        char buf[256], *w[ATTNRT_MAX_RANK + 1];
+        snprintf(buf, sizeof buf, "%s", box);
+        int n = split_list(buf, ',', w, ATTNRT_MAX_RANK + 1);
+        if (n != ts->rank || n > 5)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: box=%s needs one size per dim of '%s' (at most 5)",
+                        lineno, box, tensor);
+        for (int i = 0; i < n; i++) {
+            char *end;
+            long v = strtol(w[i], &end, 10);
+            if (*end || v < 1 || v > 256)
+                return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: box size '%s' is not in 1..256", lineno, w[i]);
+            tm->box[i] = (unsigned)v;
         }
     } else if (strcmp(e->what, "assert") == 0) {
         NEED(expr, "expr");
@@ -809,6 +857,44 @@ int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tens
 
 /* ---- running --------------------------------------------------------------------- */
 
+/* The tensor map of tm for this launch's tensor: encoded when its pointer or
+ * shape changed since the last launch (the tensor is contiguous, checked).
+ * An empty tensor gets a map over one element at a stand-in address: the
+ * kernel copies no box that starts past a tensor's end, so it is never read
+ * (lower.c's TMA copy), but the driver refuses size 0. */
+static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const *ptrs, Binding *bd) {
+    const TensorSpec *ts = &b->tensors[tm->tensor];
+    int64_t shape[ATTNRT_MAX_RANK];
+    bool empty = false;
+    for (int d = 0; d < ts->rank; d++)
+        empty |= (shape[d] = dim_value(bd, &ts->dims[d])) == 0;
+    void *ptr = empty ? (void *)(uintptr_t)256 : ptrs[tm->tensor];
+    if (tm->ptr == ptr && memcmp(tm->shape, shape, sizeof(int64_t) * (size_t)ts->rank) == 0)
+        return ATTNRT_OK;
+    uint64_t dims[ATTNRT_MAX_RANK], strides[ATTNRT_MAX_RANK];
+    unsigned box[ATTNRT_MAX_RANK];
+    uint64_t stride = (uint64_t)dtype_size(ts->dtype);
+    for (int i = 0; i < ts->rank; i++) {   /* innermost first */
+        int d = ts->rank - 1 - i;
+        dims[i] = empty ? 1 : (uint64_t)shape[d];
+        box[i] = tm->box[d];
+        if (i)
+            strides[i - 1] = stride;
+        stride *= dims[i];
+    }
+    char what[192];
+    snprintf(what, sizeof what, "(kernel %s, tensor '%s')", k->name, ts->name);
+    tm->ptr = NULL;
+    _Alignas(64) uint64_t map[16];   /* CUtensorMap's alignment */
+    int rc = cuda_tensor_map(map, ts->dtype == ATTNRT_BF16, ts->rank, ptr, dims, strides, box, what);
+    if (rc)
+        return rc;
+    memcpy(tm->map, map, sizeof map);
+    tm->ptr = ptr;
+    memcpy(tm->shape, shape, sizeof(int64_t) * (size_t)ts->rank);
+    return ATTNRT_OK;
+}
+
 int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
                const attnrt_tensor *outputs, int noutputs, void *stream) {
     Block *b;
@@ -856,7 +942,10 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             continue;
         if (!k->fn && (rc = cuda_get_function(m->cumod, k->name, k->smem, &k->fn)))
             return rc;
-        void *params[MAX_ARGS + MAX_DIMS + 1];
+        for (int j = 0; j < k->ntmaps; j++)
+            if ((rc = encode_tmap(b, k, &k->tmaps[j], ptrs, &bd)))
+                return rc;
+        void *params[MAX_ARGS + MAX_DIMS + 1 + 4];
         int np = 0;
         for (int i = 0; i < k->nargs; i++)
             params[np++] = &ptrs[k->args[i]];
@@ -867,6 +956,8 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         int64_t y_total = grid[1], y_offset = 0;
         if (k->ysplit)
             params[np++] = &y_offset;
+        for (int j = 0; j < k->ntmaps; j++)
+            params[np++] = k->tmaps[j].map;
         for (; y_offset < y_total; y_offset += 65535) {
             int64_t slice[3] = {grid[0], y_total - y_offset < 65535 ? y_total - y_offset : 65535, grid[2]};
             if ((rc = cuda_launch(k->fn, slice, k->threads, k->smem, stream, params)))

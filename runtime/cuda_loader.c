@@ -47,6 +47,9 @@ static struct {
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
     CUresult (*cuCtxSynchronize)(void);
+    /* CUDA 12 drivers and newer; NULL before (only sm_90a's TMA needs it) */
+    CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *, const uint64_t *,
+                                       const unsigned *, const unsigned *, int, int, int, int);
 } cu;
 
 static int check(CUresult r, const char *call, const char *detail) {
@@ -109,6 +112,7 @@ static int ready(void) {
     SYM(cuMemcpyDtoH, "_v2");
     SYM(cuMemsetD8, "_v2");
     SYM(cuCtxSynchronize, "");
+    *(void **)&cu.cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled");
     int rc = check(cu.cuInit(0), "cuInit", NULL);
     void *ctx = NULL;
     if (!rc)
@@ -201,4 +205,22 @@ int cuda_synchronize(void) {
     if (rc)
         return rc;
     return check(cu.cuCtxSynchronize(), "cuCtxSynchronize", NULL);
+}
+
+/* CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h) */
+enum { TMAP_F16 = 6, TMAP_BF16 = 9, TMAP_SWIZZLE_128B = 3, TMAP_L2_256B = 3 };
+
+int cuda_tensor_map(void *map, int bf16, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
+                    const unsigned *box, const char *what) {
+    int rc = ready();
+    if (rc)
+        return rc;
+    if (!cu.cuTensorMapEncodeTiled)
+        return attnrt_cuda_fail(ATTNRT_ERROR_CUDA, "the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 "
+                                                   "driver or newer)");
+    unsigned ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    /* interleave none, out-of-bounds elements read as zero */
+    return check(cu.cuTensorMapEncodeTiled(map, bf16 ? TMAP_BF16 : TMAP_F16, (unsigned)rank, addr, dims, strides, box,
+                                           ones, 0, TMAP_SWIZZLE_128B, TMAP_L2_256B, 0),
+                 "cuTensorMapEncodeTiled", what);
 }

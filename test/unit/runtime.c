@@ -42,6 +42,22 @@ int main(int argc, char **argv) {
     report("missing-key", attnrt_load_data(missing, sizeof missing - 1, &m));
     const char positional[] = "// attnc-manifest 2\n// target sm_80\n";
     report("positional", attnrt_load_data(positional, sizeof positional - 1, &m));
+    /* tensor maps (sm_90a TMA): each follows its kernel's line, a box size per dim in 1..256, a swizzle this
+     * runtime knows */
+#define TMAP_HEAD "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
+                  "// tensor role=in name=k dtype=f16 shape=N,64\n// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k\n"
+    const char tmap_good[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=128\n// end\n";
+    report("tmap-good", attnrt_load_data(tmap_good, sizeof tmap_good - 1, &m));
+    attnrt_unload(m);
+    m = NULL;
+    const char tmap_kernel[] = TMAP_HEAD "// tmap kernel=b_k1 tensor=k box=64,64 swizzle=128\n";
+    report("tmap-kernel", attnrt_load_data(tmap_kernel, sizeof tmap_kernel - 1, &m));
+    const char tmap_box[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64 swizzle=128\n";
+    report("tmap-box-rank", attnrt_load_data(tmap_box, sizeof tmap_box - 1, &m));
+    const char tmap_big[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=512,64 swizzle=128\n";
+    report("tmap-box-size", attnrt_load_data(tmap_big, sizeof tmap_big - 1, &m));
+    const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
+    report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
     if (argc < 2 || attnrt_load_file(argv[1], &m)) {
         fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
         return 1;
