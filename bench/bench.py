@@ -5,14 +5,17 @@
                            [--schedule "warps(8)" ...] [--only attention|mlp]
 
 The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
-2048 / head_dim, head dim 64 and 128, N in {512 ... 16384}, causal and not,
+2048 / head_dim, head dim 64 and 128 (and 256 for sm_90a), N in {512 ...
+16384}, causal and not,
 fp16 and bf16; FLOPs = 4·B·H·N²·D (half when causal); the median of
 triton.testing.do_bench after its warm-up. Peers: torch SDPA's flash
 (FlashAttention-2) and cuDNN backends and torch.compile(flex_attention)
 (fp16). Every attnc output is also compared with the flash backend's on the
 same inputs (max |diff|, which must stay under 2e-2 for inputs of N(0, 1)).
 Also the SwiGLU MLP block at Llama-3-8B shapes (T = 4096, 8192) against torch
-eager and torch.compile, and attnc's compile time per block. Each
+eager and torch.compile, attnc's compile time per block, and the same run's
+cuBLAS fp16 GEMM rate at 8192³ (the ceiling; head dim 128 rows at N >= 8k
+are reported as a fraction of it). Each
 --schedule S adds a column "attnc S": the same blocks compiled with
 `schedule NAME for ARCH { S }`, timed in the same run, to measure a
 schedule choice against the default.
@@ -99,7 +102,7 @@ def attention(args, tmp):
     if args.quick:
         Ns = [1024, 8192]
     for dtn, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-        for D in (64, 128):
+        for D in (64, 128) + ((256,) if args.arch == "sm_90a" else ()):
             for causal in (False, True):
                 name = f"bench_{dtn}_d{D}{'_causal' if causal else ''}"
                 src = attention_block(name, D, causal, dtn)
@@ -178,6 +181,16 @@ def mlp(args, tmp):
         log(**row)
 
 
+def ceiling():
+    """The same run's cuBLAS fp16 GEMM rate at 8192³ (torch.matmul): the
+    tensor cores' practical ceiling, which attention is measured against."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    log(what="cublas", n=n, tflops=2 * n ** 3 / bench_ms(lambda: a @ b) / 1e9)
+    del a, b
+
+
 def report(args):
     att = [r for r in rows if r["what"] == "attention"]
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, attnc -arch {args.arch}; TFLOP/s",
@@ -199,6 +212,14 @@ def report(args):
                 gm = math.exp(sum(math.log(x) for x in v) / len(v))
                 lines.append(f"\nattnc{suffix} / {peer}: geometric mean {gm:.3f}, min {min(v):.3f}, "
                              f"max {max(v):.3f} over {len(v)} rows")
+    cb = [r for r in rows if r["what"] == "cublas"]
+    if cb:
+        top = cb[0]["tflops"]
+        lines.append(f"\ncuBLAS fp16 GEMM {cb[0]['n']}³ (the ceiling): {top:.0f} TFLOP/s")
+        for dt in ("f16", "bf16"):
+            v = [r["attnc"] / top for r in att if r["D"] == 128 and r["N"] >= 8192 and r["dtype"] == dt]
+            if v:
+                lines.append(f"\nattnc {dt} head dim 128, N >= 8k: {min(v):.3f} … {max(v):.3f} of cuBLAS")
     m = [r for r in rows if r["what"] == "mlp"]
     if m:
         lines += ["", "| MLP | T | attnc | torch eager | torch.compile | vs eager | vs compile | max diff |",
@@ -238,6 +259,7 @@ def main():
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="attnc-bench-")
+    ceiling()
     if args.only != "mlp":
         attention(args, tmp)
     if args.only != "attention":

@@ -165,7 +165,7 @@ def causal(b, h, i, j):
 
 def attention_cases(rep, kit, tmp, quick):
     Ns = [1, 17, 113, 128, 1000, 2049] + ([] if quick else [4096])
-    for D in (64, 128):
+    for D in (64, 128) + ((256,) if ARCH == "sm_90a" else ()):   # head dim 256: sm_90a's 128 x 64 tiles
         for acc in accs():
             for is_causal in (False, True):
                 name = f"mha_d{D}_{acc}{'_causal' if is_causal else ''}"

@@ -20,8 +20,9 @@ def draw(runs, out, title):
     """runs: lists of bench.py's attention rows, one list per attnc target;
     the peers come from the first."""
     runs = [[r for r in rows if r.get("what") == "attention" and r["dtype"] == "f16"] for rows in runs]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-    for ax, (D, causal) in zip(axes.flat, ((64, False), (64, True), (128, False), (128, True))):
+    dims = sorted({r["D"] for rows in runs for r in rows}) or [64, 128]
+    fig, axes = plt.subplots(len(dims), 2, figsize=(11, 4 * len(dims)), sharex=True, squeeze=False)
+    for ax, (D, causal) in zip(axes.flat, [(D, c) for D in dims for c in (False, True)]):
         for k, rows in enumerate(runs):
             sel = [r for r in rows if r["D"] == D and r["causal"] == causal]
             impls = ("attnc", "flash", "cudnn", "flex") if k == 0 else ("attnc",)

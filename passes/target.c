@@ -58,7 +58,7 @@ const Target targets[] = {
         .pipeline = sm80_pipeline, .lowering = "sm80-layout",
     },
     {
-        .name = "sm_90a", .family = "Hopper", .summary = "Hopper: wgmma (cp.async stages; TMA to come)",
+        .name = "sm_90a", .family = "Hopper", .summary = "Hopper: TMA, mbarriers, warp specialisation, wgmma",
         .ptx_features = "+ptx80", .codegen = true, .bf16 = true, .async_copies = true, .short_shared = true,
         .smem_limit = 227 * 1024,
         /* measured on the H200 (bench/RESULTS.md, 2026-12-01): 64 key rows

@@ -240,6 +240,19 @@ static int64_t default_tile(const char *arch, bool attention, int axis, int64_t 
     return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
 }
 
+/* The default key rows, halved while Q's tile and the K and V stages (16-bit)
+ * would not fit the target's shared memory (head dim 256: 128 × 64 on
+ * sm_90a, 64 KiB of Q and 128 of K/V). A schedule's tile is taken as it is
+ * (too large a one is the code generator's clear error). */
+static int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64_t D) {
+    const Target *t = target_lookup(arch);
+    Attr *st = schedule_directive(func, arch, "stages");
+    int64_t stages = st && st->i >= 2 ? st->i : t->stages ? t->stages : 2;
+    while (BN > 16 && 2 * (BM * D + 2 * stages * BN * D) > t->smem_limit - 4096)   /* 4 KiB: barriers, row vectors */
+        BN /= 2;
+    return BN;
+}
+
 /* ---- fused_gemm ---------------------------------------------------------------- */
 
 static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
@@ -434,7 +447,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     AttnTile t = {0};
     int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
     t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D));
-    t.BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, true, 1, D));
+    t.BN = schedule_tile(func, ctx->arch, 1, fit_keys(ctx->arch, func, t.BM, default_tile(ctx->arch, true, 1, D), D));
     t.acc = op_attr(att, "acc")->type->elem;
     t.dt = qt->elem;
     t.scale = op_attr(att, "scale")->f;
