@@ -144,16 +144,21 @@ void cp_async_drain(Cg *cg) {
 /* ---- TMA (sm_90a) ----------------------------------------------------------------
  *
  * A copy sm90a-layout marked nv.copy "tma" is one cp.async.bulk.tensor per
- * 64-column panel, issued by thread 0, over a tensor map the runtime encodes
- * (a box of [rows, 64] elements with SWIZZLE_128B, which writes exactly
- * smem_offset's layout; rows past the tensor's end are zero-filled) and the
- * kernel takes by value. Each stage of the buffer has an mbarrier: thread 0
- * arms it with the bytes to expect (mbarrier.arrive.expect_tx), the copy
- * completes them, and a tile.wait spins on the phase the fill completes
- * (try_wait.parity). Copies and waits run in the same order on every
- * thread, so each thread keeps the parities in a register: a bit per stage,
- * flipped by each fill (fill_parity). Before a stage is filled again every warp must be
- * done reading it: the barrier before a run of copies. */
+ * 64-column panel, issued by one thread, over a tensor map the runtime
+ * encodes (a box of [rows, 64] elements with SWIZZLE_128B, which writes
+ * exactly smem_offset's layout; rows past the tensor's end are zero-filled)
+ * and the kernel takes by value. Each stage of the buffer has a "full"
+ * mbarrier: the issuing thread arms it with the bytes to expect
+ * (mbarrier.arrive.expect_tx), the copy completes them, and a tile.wait
+ * spins on the phase the fill completes (try_wait.parity). Copies and waits
+ * run in the same order on every thread, so each thread keeps the parities
+ * in a register: a bit per stage, flipped by each fill (fill_parity).
+ *
+ * Before a stage is filled again every warp must be done reading it. With
+ * all warps copying and computing (ROLE_ALL), the barrier before a run of
+ * copies says so and thread 0 issues; under warp specialisation (lower.c)
+ * each consumer warp arrives on the stage's "empty" mbarrier after its last
+ * read (tma_release), and the producer waits for that before it issues. */
 
 enum { TMA_PANEL = 64 };   /* columns of a box: 128 bytes of 16-bit elements, the swizzle span */
 
@@ -217,12 +222,13 @@ bool tma_collect(Cg *cg, const Block *blk) {
     return true;
 }
 
-/* The mbarriers of a buffer TMA fills, one per stage, armed by one arrival
- * (thread 0's expect_tx); initialised by thread 0, then made visible to
- * every thread and to the TMA unit. */
+/* The mbarriers of a buffer TMA fills: per stage a full one, armed by one
+ * arrival (the expect_tx), and under warp specialisation an empty one, one
+ * arrival per consumer warp; initialised by thread 0, then made visible to
+ * every thread and to the TMA unit. At most 16 stages (the state's bits). */
 void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
-    if (cg->nrings == 8) {
-        cg_err(cg, alloc, "a kernel has at most 8 buffers that TMA fills", NULL);
+    if (cg->nrings == 8 || m->cdims[0] > 16) {
+        cg_err(cg, alloc, "a kernel has at most 8 buffers that TMA fills, of at most 16 stages", NULL);
         return;
     }
     Ring *r = &cg->rings[cg->nrings++];

@@ -22,8 +22,10 @@
  *   scalar.c   one element of arith/math ops, as the interpreter rounds it
  *   layout.c   layouts: positions, coordinates, broadcast owners; values
  *   smem.c     dynamic shared memory (live ranges), box copies through registers
- *   lower.c    the ops (loads, stores, reductions, loops) and the kernel
- *   copy.c     cp.async box copies into shared stages, and their waits
+ *   lower.c    the ops (loads, stores, reductions, loops) and the kernel,
+ *              emitted once per warp role under warp specialisation (sm_90a)
+ *   copy.c     cp.async box copies into shared stages, and their waits; TMA
+ *              copies with tensor maps and mbarriers (sm_90a)
  *   sm70.c, sm80.c, sm90a.c   the targets: MMA fragments and operands
  */
 #ifndef ATTNC_LOWER_H
