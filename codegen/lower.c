@@ -745,10 +745,7 @@ static void emit_specialised(Cg *cg, const Block *body) {
         if (op->kind == OP_ALLOC && map_get(&cg->tma_bufs, op->results[0]))
             emit_alloc(cg, op);
     Map shared;   /* the values both roles see: the parameters, the buffers */
-    map_init(&shared, false);
-    for (int i = 0; i < cg->vals.cap; i++)
-        if (cg->vals.keys[i])
-            map_put(cg->a, &shared, cg->vals.keys[i], cg->vals.vals[i]);
+    map_copy(cg->a, &shared, &cg->vals);
     LLVMBasicBlockRef prod = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "producer");
     LLVMBasicBlockRef cons = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "consumer");
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntUGE, cg->warp, ci32(cg, cg->nwarps), ""), prod, cons);
@@ -761,9 +758,9 @@ static void emit_specialised(Cg *cg, const Block *body) {
     /* ping-pong: warpgroup 0 goes first (the last one's arrival stands for
      * a turn before the loop); after the loop warpgroup 0 takes the last
      * arrival meant for it, so no barrier is left half-arrived */
-    LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), ""), last = ci32(cg, cg->nwarps / 4 - 1);
+    LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
     if (cg->pingpong) {
-        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, last, ""));
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, cg->nwarps / 4 - 1), ""));
         pingpong_barrier(cg, "arrive", ci32(cg, 0));
         if_end(cg, join);
     }
@@ -864,16 +861,19 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         unsigned at = (unsigned)(y_param + 1 + j);
         LLVMValueRef p = cg->tmap_param[j] = LLVMGetParam(cg->fn, at);
         LLVMTypeRef map = LLVMArrayType(LLVMInt8TypeInContext(ctx), 128);
-        LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateTypeAttribute(ctx, LLVMGetEnumAttributeKindForName("byval", 5), map));
-        LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateEnumAttribute(ctx, LLVMGetEnumAttributeKindForName("align", 5), 64));
-        const char *nm = arena_printf(a, "tmap_%s", body->args[3 + cg->tmaps[j].arg]->name ? body->args[3 + cg->tmaps[j].arg]->name : "mem");
+        unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5), align = LLVMGetEnumAttributeKindForName("align", 5);
+        LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateTypeAttribute(ctx, byval, map));
+        LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateEnumAttribute(ctx, align, 64));
+        const char *src = body->args[3 + cg->tmaps[j].arg]->name;
+        const char *nm = arena_printf(a, "tmap_%s", src ? src : "mem");
         LLVMSetValueName2(p, nm, strlen(nm));
         gc[j] = LLVMValueAsMetadata(ci32(cg, at + 1));   /* 1-based */
     }
     if (cg->ntmaps) {
         LLVMMetadataRef ann[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "grid_constant", 13),
                                   LLVMMDNodeInContext2(ctx, gc, (size_t)cg->ntmaps)};
-        LLVMAddNamedMetadataOperand(mod, "nvvm.annotations", LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
+        LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
+                                    LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
     }
     cg->smem = LLVMGetNamedGlobal(mod, "attnc_smem");
     if (!cg->smem) {

@@ -30,7 +30,8 @@ int attnrt_cuda_fail(int code, const char *what) { return fail(ATTNRT_ERROR_CUDA
 
 /* ---- the manifest -------------------------------------------------------------- */
 
-enum { MAX_NAME = 64, MAX_DIMS = 16, MAX_TENSORS = 32, MAX_KERNELS = 32, MAX_ARGS = 32 };
+enum { MAX_NAME = 64, MAX_DIMS = 16, MAX_TENSORS = 32, MAX_KERNELS = 32, MAX_ARGS = 32,
+       MAX_TMAPS = 8 /* as codegen's KernelInfo */ };
 
 typedef struct Dim {
     char sym[MAX_NAME];   /* "" for a number */
@@ -66,7 +67,7 @@ typedef struct KernelSpec {
     int args[MAX_ARGS];   /* tensor indices */
     void *fn;             /* CUfunction, once loaded */
     int ntmaps;           /* tensor maps, passed after the other parameters */
-    TmapSpec tmaps[4];
+    TmapSpec tmaps[MAX_TMAPS];
 } KernelSpec;
 
 typedef struct Assert {
@@ -304,8 +305,8 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
         if (!k || strcmp(k->name, kernel) != 0)
             return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tmap of kernel '%s' does not follow its kernel line",
                         lineno, kernel);
-        if (k->ntmaps == 4)
-            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than 4 tensor maps", lineno);
+        if (k->ntmaps == MAX_TMAPS)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d tensor maps", lineno, MAX_TMAPS);
         TmapSpec *tm = &k->tmaps[k->ntmaps++];
         tm->tensor = tensor_index(cur, tensor);
         if (tm->tensor < 0)
@@ -861,7 +862,7 @@ int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tens
  * shape changed since the last launch (the tensor is contiguous, checked).
  * An empty tensor gets a map over one element at a stand-in address: the
  * kernel copies no box that starts past a tensor's end, so it is never read
- * (lower.c's TMA copy), but the driver refuses size 0. */
+ * (codegen/copy.c's TMA copy), but the driver refuses size 0. */
 static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const *ptrs, Binding *bd) {
     const TensorSpec *ts = &b->tensors[tm->tensor];
     int64_t shape[ATTNRT_MAX_RANK];
@@ -945,7 +946,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         for (int j = 0; j < k->ntmaps; j++)
             if ((rc = encode_tmap(b, k, &k->tmaps[j], ptrs, &bd)))
                 return rc;
-        void *params[MAX_ARGS + MAX_DIMS + 1 + 4];
+        void *params[MAX_ARGS + MAX_DIMS + 1 + MAX_TMAPS];
         int np = 0;
         for (int i = 0; i < k->nargs; i++)
             params[np++] = &ptrs[k->args[i]];

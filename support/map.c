@@ -64,3 +64,10 @@ void map_put(Arena *a, Map *m, const void *key, void *val) {
     }
     insert(m, key, val);
 }
+
+void map_copy(Arena *a, Map *to, const Map *from) {
+    map_init(to, from->strings);
+    for (int i = 0; i < from->cap; i++)
+        if (from->keys[i])
+            map_put(a, to, from->keys[i], from->vals[i]);
+}

@@ -120,4 +120,5 @@ typedef struct Map {
 void map_init(Map *m, bool string_keys);
 void *map_get(const Map *m, const void *key);
 void map_put(Arena *a, Map *m, const void *key, void *val);
+void map_copy(Arena *a, Map *to, const Map *from);   /* to: a fresh map with from's entries */
 #endif
