@@ -542,23 +542,28 @@ static bool tma_copy_ok(const Block *top, const Op *op) {
            dt->dims[2].size % 64 == 0 && alloc && op_attr(alloc, "nv.swizzle");
 }
 
-/* Whether v is computed from x (through at most 64 ops). */
-static bool depends_on(const Value *v, const Value *x, int depth) {
+/* Whether v is computed from x; seen: the values already looked at (each
+ * once, so shared subexpressions cost nothing more). */
+static bool depends_on(Arena *a, Map *seen, const Value *v, const Value *x) {
     if (v == x)
         return true;
-    if (!v->def || depth > 64)
+    if (!v->def || map_get(seen, v))
         return false;
+    map_put(a, seen, v, (void *)1);
     for (int i = 0; i < v->def->noperands; i++)
-        if (depends_on(v->def->operands[i], x, depth + 1))
+        if (depends_on(a, seen, v->def->operands[i], x))
             return true;
     return false;
 }
 
 /* Whether a loop's key range in blk depends on the query tile (pid x): a
  * causal mask or a window. */
-static bool keys_follow_queries(const Block *blk, const Value *pid_x) {
+static bool keys_follow_queries(Arena *a, const Block *blk, const Value *pid_x) {
+    Map seen;
+    map_init(&seen, false);
     for (const Op *op = blk->first; op; op = op->next)
-        if (op->kind == OP_FOR && (depends_on(op->operands[0], pid_x, 0) || depends_on(op->operands[1], pid_x, 0)))
+        if (op->kind == OP_FOR && (depends_on(a, &seen, op->operands[0], pid_x) ||
+                                   depends_on(a, &seen, op->operands[1], pid_x)))
             return true;
     return false;
 }
@@ -684,7 +689,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * blocks per SM and run faster so, and for GEMMs (no score tile;
          * the same speed either way). The schedule's producer(0|1) decides. */
         Attr *ws = op_attr(launch, "producer"), *pp = op_attr(launch, "pingpong");
-        bool specialise = ws ? ws->i != 0 : s.dot_cols > 64 || keys_follow_queries(body, body->args[0]);
+        bool specialise = ws ? ws->i != 0 : s.dot_cols > 64 || keys_follow_queries(a, body, body->args[0]);
         if (specialise) {
             op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
             /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
