@@ -1,7 +1,7 @@
-/* frontend.c — parse, then check and lower. */
+/* frontend.c — parse, then check and lower (and derive the backward blocks). */
 #include "frontend/frontend.h"
 
-Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, const Map *consts) {
+Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, FrontendOptions opts) {
     int errors_before = d->errors;
     d->source = *src;   /* later errors at an op's position show this text */
     Program *p = parse_program(a, d, src);
@@ -11,6 +11,8 @@ Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, const 
         return NULL;
     /* Semantic errors are worth reporting even after syntax errors: the
      * parser recovered whole items, and sema only sees those. */
-    Op *module = sema_lower(a, d, src, p, consts);
+    Op *module = sema_lower(a, d, src, p, opts.consts);
+    if (d->errors == errors_before && opts.backward)
+        derive_backward(a, d, module);
     return d->errors > errors_before ? NULL : module;
 }

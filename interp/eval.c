@@ -489,6 +489,38 @@ static bool eval_expand_heads(Interp *in, const Op *op) {
     return set_result(in, op, r);
 }
 
+/* GQA's adjoint: each kv head gets the sum over its group of query heads,
+ * summed exactly and rounded once. */
+static bool eval_sum_heads(Interp *in, const Op *op) {
+    Tensor *x = get(in, op->operands[0]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    int64_t hq = x->dims[1], hk = r->dims[1];
+    if (hk == 0 || hq % hk)
+        return fail(in, op, "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)hq,
+                    (long long)hk);
+    int64_t group = hq / hk, inner = r->dims[2] * r->dims[3];
+    for (int64_t b = 0; b < r->dims[0]; b++)
+        for (int64_t h = 0; h < hk; h++)
+            for (int64_t e = 0; e < inner; e++) {
+                double sum = 0;
+                for (int64_t g = 0; g < group; g++)
+                    sum += x->data[(b * hq + h * group + g) * inner + e];
+                r->data[(b * hk + h) * inner + e] = store(in, r->dtype, sum);
+            }
+    return set_result(in, op, r);
+}
+
+static bool eval_reshape(Interp *in, const Op *op) {
+    Tensor *x = get(in, op->operands[0]);
+    Tensor *r = new_result(in, op);
+    if (!r)
+        return false;
+    memcpy(r->data, x->data, sizeof(double) * (size_t)r->size);
+    return set_result(in, op, r);
+}
+
 /* softmax and reductions work on rows of the last dimension. */
 static bool eval_rows(Interp *in, const Op *op) {
     Tensor *x = get(in, op->operands[0]);
@@ -1014,6 +1046,8 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_MATMUL: return eval_matmul(in, op);
     case OP_TRANSPOSE: return eval_transpose(in, op);
     case OP_EXPAND_HEADS: return eval_expand_heads(in, op);
+    case OP_SUM_HEADS: return eval_sum_heads(in, op);
+    case OP_RESHAPE: return eval_reshape(in, op);
     case OP_SCORE_MOD:
     case OP_MASK: return eval_hook(in, op);
     case OP_SOFTMAX:

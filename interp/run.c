@@ -174,7 +174,47 @@ typedef struct Reference {
     Tensor **inputs, **want, **base;
 } Reference;
 
-static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *ref, const RunOptions *opts) {
+static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *refmod, const Op *ref,
+                                const RunOptions *opts);
+
+static Tensor *rounded_copy(Arena *a, const Tensor *t, ScalarKind dtype) {
+    Tensor *r = tensor_new(a, dtype, t->rank, t->dims);
+    for (int64_t e = 0; e < t->size; e++)
+        r->data[e] = round_to(dtype, t->data[e]);
+    return r;
+}
+
+/* A backward block's inputs: its forward's inputs, the forward's o and lse
+ * (evaluated exactly, then rounded to their types, as a GPU forward would
+ * hand them over), and a random gradient of o. */
+static bool backward_inputs(Arena *a, Diag *d, Bindings *bind, const Op *refmod, const Op *ref,
+                            const RunOptions *opts, Tensor **inputs, Rng *rng) {
+    const Op *fwd = find_func(refmod, op_attr(ref, "forward")->s);
+    if (!fwd)
+        die("run: a backward block without its forward");
+    RunOptions fopts = *opts;
+    fopts.check = false;
+    Reference *fr = reference_for(a, d, bind, refmod, fwd, &fopts);
+    if (!fr)
+        return false;
+    int nf = op_body(fwd)->nargs;
+    Interp exact = {.arena = a, .diag = d, .bind = bind, .exact = true};
+    map_init(&exact.values, false);
+    Tensor *outs[2];
+    if (!interp_func(&exact, fwd, fr->inputs, outs))
+        return false;
+    const Block *body = op_body(ref);
+    for (int i = 0; i < nf; i++)
+        inputs[i] = fr->inputs[i];
+    inputs[nf] = rounded_copy(a, outs[0], body->args[nf]->type->elem);
+    inputs[nf + 1] = rounded_copy(a, outs[1], SK_F32);
+    Interp run = {.arena = a, .diag = d, .bind = bind};
+    map_init(&run.values, false);
+    return (inputs[nf + 2] = random_input(&run, body, body->args[nf + 2], rng)) != NULL;
+}
+
+static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *refmod, const Op *ref,
+                                const RunOptions *opts) {
     const char *name = op_attr(ref, "sym_name")->s;
     Reference *r = opts->cache ? map_get(opts->cache, name) : NULL;
     if (r)
@@ -186,9 +226,14 @@ static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *ref
     const Block *body = op_body(ref);
     int nout = op_attr(ref, "outputs")->n;
     r->inputs = NEW_ARRAY(a, Tensor *, body->nargs + 1);
-    for (int i = 0; i < body->nargs; i++)
-        if (!(r->inputs[i] = random_input(&run, body, body->args[i], &rng)))
+    if (op_attr(ref, "forward")) {
+        if (!backward_inputs(a, d, bind, refmod, ref, opts, r->inputs, &rng))
             return NULL;
+    } else {
+        for (int i = 0; i < body->nargs; i++)
+            if (!(r->inputs[i] = random_input(&run, body, body->args[i], &rng)))
+                return NULL;
+    }
     /* --check: the exact evaluation of the unoptimised program, and the
      * unoptimised program at the lowered one's precisions (the baseline). */
     if (opts->check) {
@@ -201,9 +246,87 @@ static Reference *reference_for(Arena *a, Diag *d, Bindings *bind, const Op *ref
         if (!interp_func(&exact, ref, r->inputs, r->want) || !interp_func(&plain, ref, r->inputs, r->base))
             return NULL;
     }
-    if (opts->cache)
+    if (opts->cache && opts->check)
         map_put(a, opts->cache, name, r);
     return r;
+}
+
+/* ---- the gradient check ------------------------------------------------------ */
+
+/* L(q, k, v) = Σ o·do, evaluated exactly. */
+static bool loss(Arena *a, Diag *d, Bindings *bind, const Op *fwd, Tensor **inputs, const Tensor *dout,
+                 double *l) {
+    Interp exact = {.arena = a, .diag = d, .bind = bind, .exact = true};
+    map_init(&exact.values, false);
+    Tensor *outs[2];
+    if (!interp_func(&exact, fwd, inputs, outs))
+        return false;
+    *l = 0;
+    for (int64_t e = 0; e < dout->size; e++)
+        *l += outs[0]->data[e] * dout->data[e];
+    return true;
+}
+
+/* Checks a backward block's derivation, independently of any pass: its
+ * exact gradients (fed the exact o and lse) against central differences of
+ * the exact forward's loss Σ o·do, at a few seeded elements of q, k and v.
+ * Both sides are float64 and the forward is smooth where the hooks are, so
+ * they agree to about h² = 1e-8 relative. */
+static bool gradient_check(Arena *a, Diag *d, Bindings *bind, const Op *refmod, const Op *bwd,
+                           const Reference *r, const RunOptions *opts, FILE *out) {
+    const char *name = op_attr(bwd, "sym_name")->s;
+    const Op *fwd = find_func(refmod, op_attr(bwd, "forward")->s);
+    int nf = op_body(fwd)->nargs;
+    Interp exact = {.arena = a, .diag = d, .bind = bind, .exact = true};
+    map_init(&exact.values, false);
+    Tensor *fouts[2], *grads[3];
+    Tensor **inputs = NEW_ARRAY(a, Tensor *, nf + 3);
+    for (int i = 0; i < nf + 3; i++)
+        inputs[i] = r->inputs[i];
+    if (!interp_func(&exact, fwd, inputs, fouts))
+        return false;
+    inputs[nf] = fouts[0];
+    inputs[nf + 1] = fouts[1];
+    Interp exact2 = {.arena = a, .diag = d, .bind = bind, .exact = true};
+    map_init(&exact2.values, false);
+    if (!interp_func(&exact2, bwd, inputs, grads))
+        return false;
+    Rng rng = {opts->seed * 0x2545F4914F6CDD1Dull + 7};
+    double worst = 0;
+    int checked = 0;
+    const char *worst_at = "";
+    for (int t = 0; t < 3; t++) {
+        Tensor *x = r->inputs[t], *g = grads[t];
+        double sq = 0;
+        for (int64_t e = 0; e < g->size; e++)
+            sq += g->data[e] * g->data[e];
+        double rms = g->size ? sqrt(sq / (double)g->size) : 0;
+        for (int n = 0; n < 4 && x->size; n++, checked++) {
+            int64_t e = (int64_t)(rng_next(&rng) % (uint64_t)x->size);
+            double keep = x->data[e], h = 1e-4 * fmax(1, fabs(keep)), lp, lm;
+            Tensor *px = tensor_new(a, x->dtype, x->rank, x->dims);
+            memcpy(px->data, x->data, sizeof(double) * (size_t)x->size);
+            inputs[t] = px;
+            px->data[e] = keep + h;
+            bool ok = loss(a, d, bind, fwd, inputs, r->inputs[nf + 2], &lp);
+            px->data[e] = keep - h;
+            ok = ok && loss(a, d, bind, fwd, inputs, r->inputs[nf + 2], &lm);
+            inputs[t] = x;
+            if (!ok)
+                return false;
+            double fd = (lp - lm) / (2 * h), err = fabs(fd - g->data[e]) / (fabs(g->data[e]) + rms + 1e-30);
+            if (err > worst) {
+                worst = err;
+                worst_at = arena_printf(a, "%s element %lld: backward %.9g, finite difference %.9g",
+                                        op_attr(bwd, "outputs")->elems[t]->s, (long long)e, g->data[e], fd);
+            }
+        }
+    }
+    bool pass = worst <= 1e-5;
+    if (!pass || !opts->quiet)
+        fprintf(out, "%s %s: gradients vs central differences of the forward: max error %.3g over %d elements%s%s\n",
+                pass ? "ok  " : "FAIL", name, worst, checked, *worst_at ? " at " : "", worst_at);
+    return pass;
 }
 
 /* The bits of x, a value f16 can hold exactly (the interpreter rounds). */
@@ -288,11 +411,11 @@ static bool write_npy(Diag *d, const char *dir, const char *block, const char *k
     return fclose(f) == 0;
 }
 
-static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op *low,
+static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *refmod, const Op *ref, const Op *low,
                      const RunOptions *opts, FILE *out) {
     const char *name = op_attr(low, "sym_name")->s;
     Attr *out_names = op_attr(low, "outputs");
-    Reference *r = reference_for(a, d, bind, ref, opts);
+    Reference *r = reference_for(a, d, bind, refmod, ref, opts);
     if (!r)
         return false;
     Interp run = {.arena = a, .diag = d, .bind = bind};
@@ -341,6 +464,9 @@ static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *ref, const Op 
         else
             fprintf(out, ": got %.9g, want %.9g\n", w.got, w.want);
     }
+    /* the derivation itself, once (not after every pass of --check-each-pass) */
+    if (opts->check && op_attr(ref, "forward") && (!opts->cache || !opts->quiet))
+        ok &= gradient_check(a, d, bind, refmod, ref, r, opts, out);
     return ok;
 }
 
@@ -377,7 +503,7 @@ bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered
         if (!ref)
             die("run: no reference for a lowered function");
         int errors = d->errors;
-        ok &= run_func(a, d, &bind, ref, low, opts, out) && d->errors == errors;
+        ok &= run_func(a, d, &bind, reference, ref, low, opts, out) && d->errors == errors;
     }
     return ok;
 }

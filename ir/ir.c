@@ -378,3 +378,40 @@ void region_take(Region *to, Region *from) {
     from->nblocks = 0;
     from->blocks = NULL;
 }
+
+/* ---- copying ------------------------------------------------------------ */
+
+static Value *mapped(const Map *map, Value *v) {
+    Value *to = map_get(map, v);
+    return to ? to : v;
+}
+
+Op *op_clone(Arena *a, const Op *op, Map *map) {
+    Value **ops = NEW_ARRAY(a, Value *, op->noperands ? op->noperands : 1);
+    for (int i = 0; i < op->noperands; i++)
+        ops[i] = mapped(map, op->operands[i]);
+    Type **types = NEW_ARRAY(a, Type *, op->nresults ? op->nresults : 1);
+    for (int i = 0; i < op->nresults; i++)
+        types[i] = op->results[i]->type;
+    Op *c = op_create(a, op->kind, op->noperands, ops, op->nresults, types, op->nregions);
+    for (int i = 0; i < op->nresults; i++) {
+        c->results[i]->name = op->results[i]->name;
+        map_put(a, map, op->results[i], c->results[i]);
+    }
+    for (int i = 0; i < op->nattrs; i++)
+        op_set_attr(a, c, op->attrs[i].name, op->attrs[i].value);
+    for (int r = 0; r < op->nregions; r++)
+        region_clone(a, &c->regions[r], &op->regions[r], map);
+    c->loc = op->loc;
+    return c;
+}
+
+void region_clone(Arena *a, Region *to, const Region *from, Map *map) {
+    for (int bi = 0; bi < from->nblocks; bi++) {
+        const Block *src = from->blocks[bi];
+        Block *dst = region_add_block(a, to);
+        for (int i = 0; i < src->nargs; i++)
+            map_put(a, map, src->args[i], block_add_arg(a, dst, src->args[i]->type, src->args[i]->name));
+        for_each_op(op, src) block_append(dst, op_clone(a, op, map));
+    }
+}

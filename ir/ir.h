@@ -175,6 +175,11 @@ void count_uses(const Op *root, Map *uses, Arena *a);
 void replace_all_uses(Op *root, const Value *from, Value *to);
 /* Moves the blocks of `from` into `to` (which must have none). */
 void region_take(Region *to, Region *from);
+/* Copies op (its regions too); operands found in `map` (Value* -> Value*)
+ * are replaced, and each copied result and block argument is added to it. */
+Op *op_clone(Arena *a, const Op *op, Map *map);
+/* Copies the blocks of `from` into `to` (which must have none), as op_clone. */
+void region_clone(Arena *a, Region *to, const Region *from, Map *map);
 
 /* The single block of a module or func body. */
 Block *op_body(const Op *op);

@@ -188,13 +188,15 @@ static void verify_module(Verifier *v, Op *op) {
 
 static void verify_func(Verifier *v, Op *op) {
     if (!need_attr(v, op, "sym_name", AT_STR, "a string") ||
-        !need_attr(v, op, "kind", AT_STR, "\"attention\" or \"mlp\"") ||
+        !need_attr(v, op, "kind", AT_STR, "\"attention\", \"attention_backward\" or \"mlp\"") ||
         !need_attr(v, op, "inputs", AT_ARRAY, "input names") ||
         !need_attr(v, op, "outputs", AT_ARRAY, "output names"))
         return;
     const char *kind = attr_string(op, "kind");
-    if (strcmp(kind, "attention") != 0 && strcmp(kind, "mlp") != 0)
-        op_error(v, op, "kind must be \"attention\" or \"mlp\", not \"%s\"", kind);
+    if (strcmp(kind, "attention") != 0 && strcmp(kind, "attention_backward") != 0 && strcmp(kind, "mlp") != 0)
+        op_error(v, op, "kind must be \"attention\", \"attention_backward\" or \"mlp\", not \"%s\"", kind);
+    else if (strcmp(kind, "attention_backward") == 0 && !op_attr(op, "forward"))
+        op_error(v, op, "an attention_backward func needs attribute 'forward' (its forward's name)");
     Block *b = op_body(op);
     if (op->regions[0].nblocks != 1 || !b) {
         op_error(v, op, "body must be exactly one block");
@@ -295,6 +297,8 @@ static void verify_transpose(Verifier *v, Op *op) {
     }
 }
 
+/* attn.expand_heads [B, Hkv, N, D] -> [B, Hq, N, D], and its adjoint
+ * attn.sum_heads [B, Hq, N, D] -> [B, Hkv, N, D] (GQA's gradient). */
 static void verify_expand_heads(Verifier *v, Op *op) {
     const Type *in = op->operands[0]->type, *r = op->results[0]->type;
     if (!is_tensor(in) || !is_tensor(r) || in->rank != 4 || r->rank != 4 || in->elem != r->elem) {
@@ -306,9 +310,36 @@ static void verify_expand_heads(Verifier *v, Op *op) {
             op_error(v, op, "only the head dimension (1) may change");
             return;
         }
-    Dim hi = in->dims[1], ho = r->dims[1];
-    if (!hi.sym && !ho.sym && ho.size % hi.size != 0)
-        op_error(v, op, "%lld heads are not a multiple of %lld", (long long)ho.size, (long long)hi.size);
+    Dim few = op->kind == OP_SUM_HEADS ? r->dims[1] : in->dims[1];
+    Dim many = op->kind == OP_SUM_HEADS ? in->dims[1] : r->dims[1];
+    if (!few.sym && !many.sym && many.size % few.size != 0)
+        op_error(v, op, "%lld heads are not a multiple of %lld", (long long)many.size, (long long)few.size);
+}
+
+/* attn.reshape: adds or drops dimensions of size 1 (the elements keep their
+ * row-major order). */
+static void verify_reshape(Verifier *v, Op *op) {
+    const Type *in = op->operands[0]->type, *r = op->results[0]->type;
+    if (!is_tensor(in) || !is_tensor(r) || in->elem != r->elem) {
+        op_error(v, op, "operand and result must be tensors of one element type");
+        return;
+    }
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < in->rank && !in->dims[i].sym && in->dims[i].size == 1)
+            i++;
+        while (j < r->rank && !r->dims[j].sym && r->dims[j].size == 1)
+            j++;
+        if (i == in->rank || j == r->rank)
+            break;
+        if (!dim_equal(in->dims[i], r->dims[j])) {
+            op_error(v, op, "may only add or drop dimensions of size 1");
+            return;
+        }
+        i++, j++;
+    }
+    if (i != in->rank || j != r->rank)
+        op_error(v, op, "may only add or drop dimensions of size 1");
 }
 
 static void verify_score_mod(Verifier *v, Op *op) { verify_hook(v, op, 1, SK_F32); }

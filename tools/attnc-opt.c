@@ -116,7 +116,8 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static Op *load(Arena *a, Diag *d, const Source *src, const Options *o, Program **ast) {
-    Op *m = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, ast, &o->run.consts)
+    Op *m = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, ast,
+                                                                     (FrontendOptions){&o->run.consts, o->run.backward})
                                           : ir_parse(a, d, src);
     return m && ir_verify(m, d, src) == 0 ? m : NULL;
 }

@@ -29,6 +29,8 @@ static const char usage[] =
     "  -emit=ptx           write PTX with its manifest (the default with -arch)\n"
     "  -arch TARGET        sm_70, sm_80 (default) or sm_90a; PTX: sm_70 and sm_80\n"
     "  -o FILE             write the output to FILE (default: standard output)\n"
+    "  -backward           also derive each attention block's backward, NAME.backward\n"
+    "                      (its gradients; IR and the interpreter only, for now)\n"
     "  -print-loc          print each op's source location in the IR\n"
     "  -split-input-file   compile each '# -----'-separated chunk on its own\n"
     "  --help              print this help\n"
@@ -39,7 +41,7 @@ typedef enum Emit { EMIT_DEFAULT, EMIT_AST, EMIT_IR, EMIT_TILE, EMIT_NV, EMIT_LL
 typedef struct Options {
     const char *input, *output, *arch;
     Emit emit;
-    bool print_loc, split;
+    bool print_loc, split, backward;
 } Options;
 
 /* Returns 0 to go on, or the exit status to stop with. */
@@ -76,6 +78,8 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
             arch_given = true;
         } else if (strcmp(arg, "-print-loc") == 0) {
             o->print_loc = true;
+        } else if (strcmp(arg, "-backward") == 0) {
+            o->backward = true;
         } else if (strcmp(arg, "-split-input-file") == 0) {
             o->split = true;
         } else if (!tool_common_arg(d, argc, argv, &i, &o->input, &o->output)) {
@@ -98,7 +102,7 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     const Options *o = opts;
     Program *ast = NULL;
     int before = d->errors;
-    Op *module = frontend_compile(a, d, src, &ast, NULL);
+    Op *module = frontend_compile(a, d, src, &ast, (FrontendOptions){NULL, o->backward});
     if (o->emit == EMIT_AST) {
         if (ast && d->errors == before)
             ast_dump(out, ast);
@@ -152,6 +156,9 @@ static const char run_usage[] =
     "                   unoptimised program; exit 1 if one is out of tolerance\n"
     "  --check-each-pass  the same check after every pass of the pipeline, naming\n"
     "                   the first pass after which an output is out of tolerance\n"
+    "  -backward        also run each attention block's backward (NAME.backward),\n"
+    "                   fed the forward's o and lse; --check adds a finite-difference\n"
+    "                   check of its gradients\n"
     "  -time-passes     report each pass's time (standard error)\n"
     "  --dump DIR       write each block's inputs and outputs (and with --check the\n"
     "                   float64 reference) to DIR as .npy files\n"
@@ -228,13 +235,14 @@ static int run_main(int argc, char **argv, Diag *d) {
     /* The reference is the unoptimised program; the lowered one goes through
      * the target's pipeline. Two compiles keep them independent. */
     Program *ast;
-    Op *reference = frontend_compile(&a, d, &src, &ast, &r.consts);
+    Op *reference = frontend_compile(&a, d, &src, &ast, (FrontendOptions){&r.consts, r.backward});
     /* the second compile repeats the first one's diagnostics: said once */
     FILE *sink = reference ? fopen("/dev/null", "w") : NULL;
     Diag quiet = *d;
     if (sink)
         quiet.out = sink;
-    Op *lowered = reference ? frontend_compile(&a, sink ? &quiet : d, &src, NULL, &r.consts) : NULL;
+    Op *lowered = reference ? frontend_compile(&a, sink ? &quiet : d, &src, NULL,
+                                                 (FrontendOptions){&r.consts, r.backward}) : NULL;
     if (sink)
         fclose(sink);
     bool ok = lowered != NULL;

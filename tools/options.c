@@ -174,6 +174,10 @@ int tool_run_arg(Arena *a, Diag *d, int argc, char **argv, int *i, RunArgs *r) {
         r->run.quiet = true;
         return 1;
     }
+    if (strcmp(arg, "-backward") == 0) {
+        r->backward = true;
+        return 1;
+    }
     if (strcmp(arg, "--dump") == 0) {
         if (++*i == argc) {
             diag_plain(d, "'--dump' needs a folder");

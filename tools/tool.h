@@ -48,12 +48,13 @@ typedef struct RunArgs {
     const char *input, *arch;
     RunOptions run;
     bool each_pass, time_passes;   /* attnc run --check-each-pass, -time-passes */
+    bool backward;         /* -backward: derive the attention blocks' backward blocks */
     Map consts;            /* -D values, which may replace constants */
     PtrVec names, values;  /* -D in order */
 } RunArgs;
 
 void tool_run_args_init(RunArgs *r);
-/* -D NAME=VALUE, -DNAME=VALUE, --seed N, -q: 1 if argv[*i] was one (advancing
+/* -D NAME=VALUE, -DNAME=VALUE, --seed N, -q, -backward: 1 if argv[*i] was one (advancing
  * *i past a value), 0 if not, -1 on an error (reported). */
 int tool_run_arg(Arena *a, Diag *d, int argc, char **argv, int *i, RunArgs *r);
 /* Fills r->run's bindings from the -D flags seen. */
