@@ -668,6 +668,117 @@ static bool eval_attention(Interp *in, const Op *op) {
     return true;
 }
 
+/* attn.attention_backward: per (b, h), the unfused backward's arithmetic
+ * (frontend/backward.c) in the same roundings: S in acc, P = exp(S' − lse)
+ * in f32, the products in acc rounded to f32, dS in f32 then q's type; dk
+ * and dv summed over each kv head's group exactly, rounded once. */
+static bool eval_attention_backward(Interp *in, const Op *op) {
+    Tensor *q = get(in, op->operands[0]), *k = get(in, op->operands[1]), *v = get(in, op->operands[2]);
+    Tensor *o = get(in, op->operands[3]), *lse = get(in, op->operands[4]), *dout = get(in, op->operands[5]);
+    Tensor *dq = new_result_n(in, op, 0), *dk = new_result_n(in, op, 1), *dv = new_result_n(in, op, 2);
+    if (!dq || !dk || !dv)
+        return false;
+    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = q->dtype, F = SK_F32;
+    double scale = store(in, acc, op_attr(op, "scale")->f), scale32 = store(in, F, op_attr(op, "scale")->f);
+    Plan score = {0}, grad = {0}, mask = {0};
+    bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[2].nblocks > 0;
+    if ((has_score && (!plan_region(in, op->regions[0].blocks[0], &score) ||
+                       !plan_region(in, op->regions[1].blocks[0], &grad))) ||
+        (has_mask && !plan_region(in, op->regions[2].blocks[0], &mask)))
+        return false;
+    int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
+    int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
+    if (H % HK)
+        return fail(in, op, "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)H,
+                    (long long)HK);
+    int64_t G = H / HK;
+    double *P = NEW_ARRAY(in->arena, double, NQ * NK + 1), *DS = NEW_ARRAY(in->arena, double, NQ * NK + 1);
+    double *T = NEW_ARRAY(in->arena, double, NQ * NK + 1);   /* a transposed operand */
+    double *R = NEW_ARRAY(in->arena, double, (NQ > NK ? NQ : NK) * (D > DV ? D : DV) + 1);
+    double *dkx = NEW_ARRAY(in->arena, double, NK * D + 1), *dvx = NEW_ARRAY(in->arena, double, NK * DV + 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t kh = 0; kh < HK; kh++) {
+            memset(dkx, 0, sizeof(double) * (size_t)(NK * D));
+            memset(dvx, 0, sizeof(double) * (size_t)(NK * DV));
+            const double *K = k->data + (b * HK + kh) * NK * D, *V = v->data + (b * HK + kh) * NK * DV;
+            for (int64_t h = kh * G; h < kh * G + G; h++) {
+                const double *Q = q->data + (b * H + h) * NQ * D, *O = o->data + (b * H + h) * NQ * DV;
+                const double *dO = dout->data + (b * H + h) * NQ * DV, *L = lse->data + (b * H + h) * NQ;
+                for (int64_t i = 0; i < NQ; i++) {
+                    double delta = 0;
+                    for (int64_t d = 0; d < DV; d++)
+                        delta += store(in, F, dO[i * DV + d] * O[i * DV + d]);
+                    delta = store(in, F, delta);
+                    double lz = L[i] == -INFINITY ? 0 : L[i];
+                    for (int64_t j = 0; j < NK; j++) {
+                        double sum = 0, dp = 0;
+                        for (int64_t d = 0; d < D; d++)
+                            sum = store(in, acc, sum + Q[i * D + d] * K[j * D + d]);
+                        for (int64_t d = 0; d < DV; d++)
+                            dp = store(in, acc, dp + dO[i * DV + d] * V[j * DV + d]);
+                        dp = store(in, F, dp);
+                        double pre = store(in, acc, sum * scale), x = pre, g = 1;
+                        if (has_score) {
+                            double args[5] = {store(in, F, pre), (double)b, (double)h, (double)i, (double)j};
+                            memcpy(score.slots, args, sizeof args);
+                            if (!run_plan(in, &score, &x))
+                                return false;
+                            x = store(in, acc, x);
+                            memcpy(grad.slots, args, sizeof args);
+                            if (!run_plan(in, &grad, &g))
+                                return false;
+                            g = store(in, F, g);
+                        }
+                        if (has_mask) {
+                            double keep;
+                            mask.slots[0] = (double)b, mask.slots[1] = (double)h;
+                            mask.slots[2] = (double)i, mask.slots[3] = (double)j;
+                            if (!run_plan(in, &mask, &keep))
+                                return false;
+                            if (keep == 0)
+                                x = -INFINITY;
+                        }
+                        double p = store(in, F, exp(store(in, F, store(in, F, x) - lz)));
+                        double ds = store(in, F, p * store(in, F, dp - delta));
+                        if (has_score)
+                            ds = store(in, F, ds * g);
+                        P[i * NK + j] = store(in, dt, p);
+                        DS[i * NK + j] = store(in, dt, ds);
+                    }
+                }
+                /* dq = scale · dS @ k */
+                memset(R, 0, sizeof(double) * (size_t)(NQ * D));
+                matmul_acc(in, acc, DS, K, R, NQ, NK, D);
+                double *DQ = dq->data + (b * H + h) * NQ * D;
+                for (int64_t e = 0; e < NQ * D; e++)
+                    DQ[e] = store(in, dt, store(in, F, store(in, F, R[e]) * scale32));
+                /* dk += dSᵀ @ q, dv += Pᵀ @ do (each head's rounded to f32) */
+                for (int64_t i = 0; i < NQ; i++)
+                    for (int64_t j = 0; j < NK; j++)
+                        T[j * NQ + i] = DS[i * NK + j];
+                memset(R, 0, sizeof(double) * (size_t)(NK * D));
+                matmul_acc(in, acc, T, Q, R, NK, NQ, D);
+                for (int64_t e = 0; e < NK * D; e++)
+                    dkx[e] += store(in, F, R[e]);
+                for (int64_t i = 0; i < NQ; i++)
+                    for (int64_t j = 0; j < NK; j++)
+                        T[j * NQ + i] = P[i * NK + j];
+                memset(R, 0, sizeof(double) * (size_t)(NK * DV));
+                matmul_acc(in, acc, T, dO, R, NK, NQ, DV);
+                for (int64_t e = 0; e < NK * DV; e++)
+                    dvx[e] += store(in, F, R[e]);
+            }
+            double *DK = dk->data + (b * HK + kh) * NK * D, *DVo = dv->data + (b * HK + kh) * NK * DV;
+            for (int64_t e = 0; e < NK * D; e++)
+                DK[e] = store(in, dt, store(in, F, store(in, F, dkx[e]) * scale32));
+            for (int64_t e = 0; e < NK * DV; e++)
+                DVo[e] = store(in, dt, store(in, F, dvx[e]));
+        }
+    for (int i = 0; i < 3; i++)
+        map_put(in->arena, &in->values, op->results[i], i == 0 ? dq : i == 1 ? dk : dv);
+    return true;
+}
+
 /* attn.fused_gemm: each product a @ b_i (b_i a 2-D weight) as attn.matmul
  * computes it, rounded to the region's argument type; then the region per
  * output element. */
@@ -805,6 +916,20 @@ static bool eval_store(Interp *in, const Op *op) {
         int64_t off = box_offset(&box, e);
         if (off >= 0)
             mem->data[off] = store(in, mem->dtype, t->data[e]);
+    }
+    return true;
+}
+
+/* tile.atomic_add: adds the tile into the memref (rounding each sum to the
+ * memref's type); programs run one at a time here, so atomicity is free. */
+static bool eval_atomic_add(Interp *in, const Op *op) {
+    Tensor *mem = get(in, op->operands[0]), *t = get(in, op->operands[1]);
+    Box box;
+    box_init(in, op, mem, t, 2, &box);
+    for (int64_t e = 0; e < t->size; e++) {
+        int64_t off = box_offset(&box, e);
+        if (off >= 0)
+            mem->data[off] = store(in, mem->dtype, mem->data[off] + t->data[e]);
     }
     return true;
 }
@@ -1007,11 +1132,15 @@ static bool eval_launch(Interp *in, const Op *op) {
         grid[i] = index_operand(in, op, i);
     int nin = op->noperands - 3;
     Tensor **outs = NEW_ARRAY(in->arena, Tensor *, op->nresults + 1);
+    Attr *zeroed = op_attr(op, "zeroed");   /* outputs that start at 0 (accumulated into) */
     for (int i = 0; i < op->nresults; i++) {
         if (!(outs[i] = new_result_n(in, op, i)))
             return false;
+        bool zero = false;
+        for (int z = 0; zeroed && z < zeroed->n; z++)
+            zero |= zeroed->elems[z]->i == i;
         for (int64_t e = 0; e < outs[i]->size; e++)
-            outs[i]->data[e] = interp_poison();
+            outs[i]->data[e] = zero ? 0 : interp_poison();
     }
     const Block *b = op->regions[0].blocks[0];
     for (int64_t z = 0; z < grid[2]; z++)
@@ -1067,6 +1196,8 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_FOR: return eval_for(in, op);
     case OP_LOAD: return eval_load(in, op);
     case OP_STORE: return eval_store(in, op);
+    case OP_ATOMIC_ADD: return eval_atomic_add(in, op);
+    case OP_ATTENTION_BWD: return eval_attention_backward(in, op);
     case OP_GATHER: return eval_gather(in, op);
     case OP_SPLAT:
     case OP_IOTA:

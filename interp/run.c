@@ -300,7 +300,7 @@ static bool gradient_check(Arena *a, Diag *d, Bindings *bind, const Op *refmod, 
         double sq = 0;
         for (int64_t e = 0; e < g->size; e++)
             sq += g->data[e] * g->data[e];
-        double rms = g->size ? sqrt(sq / (double)g->size) : 0;
+        double rms = g->size && sq > 0 ? sqrt(sq / (double)g->size) : 1;
         for (int n = 0; n < 4 && x->size; n++, checked++) {
             int64_t e = (int64_t)(rng_next(&rng) % (uint64_t)x->size);
             double keep = x->data[e], h = 1e-4 * fmax(1, fabs(keep)), lp, lm;
@@ -314,7 +314,7 @@ static bool gradient_check(Arena *a, Diag *d, Bindings *bind, const Op *refmod, 
             inputs[t] = x;
             if (!ok)
                 return false;
-            double fd = (lp - lm) / (2 * h), err = fabs(fd - g->data[e]) / (fabs(g->data[e]) + rms + 1e-30);
+            double fd = (lp - lm) / (2 * h), err = fabs(fd - g->data[e]) / (fabs(g->data[e]) + rms);
             if (err > worst) {
                 worst = err;
                 worst_at = arena_printf(a, "%s element %lld: backward %.9g, finite difference %.9g",

@@ -229,8 +229,9 @@ static void verify_return_(Verifier *v, Op *op) {
 static void verify_yield(Verifier *v, Op *op) {
     Op *parent = op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
     if (!parent || (parent->kind != OP_SCORE_MOD && parent->kind != OP_MASK &&
-                    parent->kind != OP_ATTENTION && parent->kind != OP_FUSED_GEMM))
-        op_error(v, op, "must end a region of attn.score_mod, attn.mask, attn.attention or attn.fused_gemm");
+                    parent->kind != OP_ATTENTION && parent->kind != OP_ATTENTION_BWD && parent->kind != OP_FUSED_GEMM))
+        op_error(v, op, "must end a region of attn.score_mod, attn.mask, attn.attention, "
+                        "attn.attention_backward or attn.fused_gemm");
 }
 
 static void verify_matmul(Verifier *v, Op *op) {
@@ -373,6 +374,36 @@ static void verify_attention(Verifier *v, Op *op) {
         op_error(v, op, "k and v must agree in heads and length, q and k in head dimension");
     verify_region_signature(v, op, 0, 5, score_args, SK_F32, true);
     verify_region_signature(v, op, 1, 4, score_args + 1, SK_I1, true);
+}
+
+/* attn.attention_backward(q, k, v, o, lse, do) ({score}, {score'}, {mask})
+ * {acc, scale} : dq, dk, dv */
+static void verify_attention_backward(Verifier *v, Op *op) {
+    const Type *q = op->operands[0]->type, *k = op->operands[1]->type, *vt = op->operands[2]->type;
+    const Type *o = op->operands[3]->type, *lse = op->operands[4]->type, *dout = op->operands[5]->type;
+    if (!is_tensor(q) || !is_tensor(k) || !is_tensor(vt) || q->rank != 4 || k->rank != 4 || vt->rank != 4 ||
+        q->elem != k->elem || q->elem != vt->elem) {
+        op_error(v, op, "q, k and v must be rank-4 tensors of one element type");
+        return;
+    }
+    Attr *acc = op_attr(op, "acc"), *scale = op_attr(op, "scale");
+    if (!acc || acc->kind != AT_TYPE || !scale || scale->kind != AT_FLOAT) {
+        op_error(v, op, "needs attributes 'acc' (a type) and 'scale' (a float)");
+        return;
+    }
+    Dim o_dims[4] = {q->dims[0], q->dims[1], q->dims[2], vt->dims[3]};
+    Type ot = {.kind = TY_TENSOR, .elem = q->elem, .rank = 4, .dims = o_dims};
+    Type lt = {.kind = TY_TENSOR, .elem = SK_F32, .rank = 3, .dims = o_dims};
+    if (!type_equal(o, &ot) || !type_equal(dout, &ot) || !type_equal(lse, &lt))
+        op_error(v, op, "o and do must be %s, lse %s", type_str(v, &ot), type_str(v, &lt));
+    for (int i = 0; i < 3; i++)
+        if (!type_equal(op->results[i]->type, op->operands[i]->type))
+            op_error(v, op, "result %d must have operand %d's type", i, i);
+    if (op->regions[0].nblocks != op->regions[1].nblocks)
+        op_error(v, op, "has a score hook region exactly when it has its derivative's");
+    verify_region_signature(v, op, 0, 5, score_args, SK_F32, true);
+    verify_region_signature(v, op, 1, 5, score_args, SK_F32, true);
+    verify_region_signature(v, op, 2, 4, score_args + 1, SK_I1, true);
 }
 
 /* attn.fused_gemm(a, b0..b{n-1}, e0, ...) ({^bb0(p0.., e0..): ...}) {acc, num_b}:

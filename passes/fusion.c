@@ -178,6 +178,122 @@ static void fuse_attention(Fuser *f, Block *body, AttnMatch *m) {
     }
 }
 
+/* ---- the attention backward ---------------------------------------------------
+ * The backward block frontend/backward.c derives becomes one op, its hook
+ * regions (the score hook, its derivative, the mask) moved into it:
+ *
+ *   ... S, P = exp(S' - lse), dP, D, dS ...      %dq, %dk, %dv = attn.attention_backward(
+ *   %dq = cast(scale · dS @ k)             ==>      %q, %k, %v, %o, %lse, %do) ({score}, {score'}, {mask})
+ *   %dk = cast(scale · Σheads dSᵀ @ q)              {acc, scale}
+ *   %dv = cast(Σheads Pᵀ @ do)
+ *
+ * The match walks back from the three returned values and checks every
+ * step; anything else is left as it is (and stays correct, only unfused). */
+
+static Op *def_is(const Value *v, OpKind k) { return v && v->def && v->def->kind == k ? v->def : NULL; }
+
+static Value *strip(const Value *v, OpKind k) { return def_is(v, k) ? v->def->operands[0] : (Value *)v; }
+
+static bool is_kv_transpose(const Value *v) {
+    Op *t = def_is(v, OP_TRANSPOSE);
+    Attr *perm = t ? op_attr(t, "perm") : NULL;
+    return perm && perm->n == 4 && perm->elems[2]->i == 3 && perm->elems[3]->i == 2;
+}
+
+typedef struct BwdMatch {
+    Value *q, *k, *v, *o, *lse, *dout;
+    Op *score, *grad, *mask, *qk;
+    double scale;
+} BwdMatch;
+
+/* cast(mul(x, c)): x and the constant c; NULL unless so. */
+static Value *scaled(const Value *v, double *c) {
+    Op *m = def_is(strip(v, OP_CAST), OP_MUL);
+    return m && constant_value(m->operands[1], c) ? m->operands[0] : NULL;
+}
+
+static bool match_backward(Op *ret, BwdMatch *m) {
+    memset(m, 0, sizeof *m);
+    if (ret->noperands != 3)
+        return false;
+    double cq, ck, cs;
+    Op *dq = def_is(scaled(ret->operands[0], &cq), OP_MATMUL);
+    Op *dk = def_is(strip(scaled(ret->operands[1], &ck), OP_SUM_HEADS), OP_MATMUL);
+    Op *dv = def_is(strip(strip(ret->operands[2], OP_CAST), OP_SUM_HEADS), OP_MATMUL);
+    if (!dq || !dk || !dv || cq != ck || !def_is(ret->operands[0], OP_CAST))
+        return false;
+    /* dq = dS @ k, dk = dSᵀ @ q, dv = Pᵀ @ do */
+    Value *dsc = dq->operands[0], *kx = dq->operands[1];
+    if (!is_kv_transpose(dk->operands[0]) || dk->operands[0]->def->operands[0] != dsc ||
+        !is_kv_transpose(dv->operands[0]))
+        return false;
+    m->q = dk->operands[1], m->dout = dv->operands[1], m->k = kv_base(kx);
+    Value *p = strip(dv->operands[0]->def->operands[0], OP_CAST);
+    /* dS = P ∘ (dP − D) [∘ score'] */
+    Value *ds = strip(dsc, OP_CAST);
+    Op *chain = def_is(ds, OP_MUL);
+    if (chain && def_is(chain->operands[1], OP_SCORE_MOD)) {
+        m->grad = chain->operands[1]->def;
+        ds = chain->operands[0];
+    }
+    Op *pd = def_is(ds, OP_MUL), *sub = pd ? def_is(pd->operands[1], OP_SUB) : NULL;
+    if (!pd || pd->operands[0] != p || !sub)
+        return false;
+    Op *dp = def_is(sub->operands[0], OP_MATMUL), *dd = def_is(sub->operands[1], OP_REDUCE);
+    if (!dp || dp->operands[0] != m->dout || !is_kv_transpose(dp->operands[1]) || !dd)
+        return false;
+    m->v = kv_base(dp->operands[1]->def->operands[0]);
+    Op *od = def_is(dd->operands[0], OP_MUL);
+    if (!od || strcmp(op_attr(dd, "kind")->s, "sum") != 0 || strip(od->operands[0], OP_CAST) != m->dout)
+        return false;
+    m->o = strip(od->operands[1], OP_CAST);
+    /* P = exp(S' − select(lse == −inf, 0, lse)) */
+    Op *ex = def_is(p, OP_EXP), *sl = ex ? def_is(ex->operands[0], OP_SUB) : NULL;
+    Op *sel = sl ? def_is(sl->operands[1], OP_SELECT) : NULL;
+    Op *rs = sel ? def_is(sel->operands[2], OP_RESHAPE) : NULL;
+    if (!rs)
+        return false;
+    m->lse = rs->operands[0];
+    Value *x = strip(sl->operands[0], OP_CAST);
+    if ((m->mask = def_is(x, OP_MASK)))
+        x = m->mask->operands[0];
+    if ((m->score = def_is(x, OP_SCORE_MOD)))
+        x = m->score->operands[0];
+    if (!m->score != !m->grad || (m->grad && strip(m->grad->operands[0], OP_CAST) != x))
+        return false;
+    Op *sc = def_is(x, OP_MUL);
+    if (!sc || !constant_value(sc->operands[1], &cs) || !(m->qk = def_is(sc->operands[0], OP_MATMUL)))
+        return false;
+    m->scale = cs;
+    Attr *acc = op_attr(m->qk, "acc");
+    return m->qk->operands[0] == m->q && is_kv_transpose(m->qk->operands[1]) &&
+           kv_base(m->qk->operands[1]->def->operands[0]) == m->k && cs == cq &&
+           op_attr(dq, "acc")->type->elem == acc->type->elem && m->lse->type->rank == 3;
+}
+
+static bool fuse_one_backward(Fuser *f, Block *body) {
+    Op *ret = body->last;
+    BwdMatch m;
+    if (!ret || ret->kind != OP_RETURN || !match_backward(ret, &m))
+        return false;
+    Value *ops[6] = {m.q, m.k, m.v, m.o, m.lse, m.dout};
+    Type *types[3] = {m.q->type, m.k->type, m.v->type};
+    Op *bwd = op_create(f->a, OP_ATTENTION_BWD, 6, ops, 3, types, 3);
+    bwd->loc = ret->operands[0]->def->loc;
+    op_set_attr(f->a, bwd, "acc", op_attr(m.qk, "acc"));
+    op_set_attr(f->a, bwd, "scale", attr_float(f->a, m.scale));
+    Op *regions[3] = {m.score, m.grad, m.mask};
+    for (int i = 0; i < 3; i++)
+        if (regions[i])
+            region_take(&bwd->regions[i], &regions[i]->regions[0]);
+    op_insert_before(ret, bwd);
+    for (int i = 0; i < 3; i++) {
+        bwd->results[i]->name = ret->operands[i]->name;
+        ret->operands[i] = bwd->results[i];
+    }
+    return true;
+}
+
 /* ---- GEMM + epilogue ------------------------------------------------------- */
 
 static bool is_epilogue_op(const Op *op) {
@@ -361,6 +477,7 @@ static void fixpoint(Fuser *f, bool (*fuse_one)(Fuser *, Block *)) {
 }
 
 static void fuse_func(Fuser *f) {
+    fixpoint(f, fuse_one_backward);
     fixpoint(f, fuse_one_attention);   /* first: its matmuls are not GEMM epilogues */
     fixpoint(f, fuse_one_gemm);
 }

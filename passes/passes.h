@@ -73,6 +73,7 @@ bool pass_test_online_softmax_no_rescale(Op *module, PassContext *ctx);   /* wro
 bool pass_test_perturb_constants(Op *module, PassContext *ctx);   /* wrong on purpose */
 bool pass_test_pending_plus_one(Op *module, PassContext *ctx);    /* wrong on purpose */
 bool pass_test_swap_waits(Op *module, PassContext *ctx);          /* wrong on purpose */
+bool pass_test_backward_store_dq(Op *module, PassContext *ctx);   /* wrong on purpose */
 /* Target lowering: the last pass of a target's pipeline. */
 bool pass_sm70_layout(Op *module, PassContext *ctx);
 bool pass_sm80_layout(Op *module, PassContext *ctx);

@@ -18,6 +18,7 @@ static const Pass registry[] = {
     {"test-online-softmax-no-rescale", "(tests only) online-softmax without the rescale", pass_test_online_softmax_no_rescale},
     {"test-perturb-constants", "(tests only) scale every float constant by 1.01", pass_test_perturb_constants},
     {"test-pending-plus-one", "(tests only) leave one more cp.async copy in flight at every tile.wait", pass_test_pending_plus_one},
+    {"test-backward-store-dq", "(tests only) the backward's dQ tiles are stored, not added", pass_test_backward_store_dq},
     {"test-swap-waits", "(tests only) each of a loop's two tile.waits waits on the other's token", pass_test_swap_waits},
     {"sm70-layout", "tile IR -> sm_70 target IR: register layouts, operand paths and mma shapes as nv.* attributes", pass_sm70_layout},
     {"sm80-layout", "tile IR -> sm_80 target IR: mma.m16n8k16 layouts, ldmatrix operands, cp.async copies", pass_sm80_layout},

@@ -68,3 +68,20 @@ bool pass_test_swap_waits(Op *module, PassContext *ctx) {
     swap_waits(module);
     return true;
 }
+
+/* test-backward-store-dq: the backward's dQ accumulation stores instead of
+ * adding, so each key tile's contribution overwrites the one before: only
+ * the last key tile's is kept (right when one key tile covers every key). */
+static void store_dq(Op *op) {
+    if (op->kind == OP_ATOMIC_ADD)
+        op->kind = OP_STORE;
+    for (int r = 0; r < op->nregions; r++)
+        for (int b = 0; b < op->regions[r].nblocks; b++)
+            for_each_op(inner, op->regions[r].blocks[b]) store_dq(inner);
+}
+
+bool pass_test_backward_store_dq(Op *module, PassContext *ctx) {
+    (void)ctx;
+    store_dq(module);
+    return true;
+}

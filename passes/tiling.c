@@ -80,30 +80,39 @@ static Type *memref_of(Arena *a, const Type *t) {
     return m;
 }
 
-/* A tile.launch replacing `op`, with its grid, inputs and outputs; its body's
- * block arguments are returned in *args (3 program ids, inputs, outputs). */
-static Op *new_launch(Builder *outer, const Op *op, Value **grid, int nin, Value **inputs, Value ***args) {
+/* A tile.launch with its grid, inputs and result types (names: of the
+ * results, may be NULL); its body's block arguments are returned in *args
+ * (3 program ids, inputs, outputs). */
+static Op *make_launch(Builder *outer, SrcLoc loc, Value **grid, int nin, Value **inputs, int nres, Type **types,
+                       const char **names, Value ***args) {
     Value **ops = NEW_ARRAY(outer->a, Value *, 3 + nin);
     memcpy(ops, grid, sizeof(Value *) * 3);
     memcpy(ops + 3, inputs, sizeof(Value *) * (size_t)nin);
-    Type **types = NEW_ARRAY(outer->a, Type *, op->nresults);
-    for (int i = 0; i < op->nresults; i++)
-        types[i] = op->results[i]->type;
-    Op *l = op_create(outer->a, OP_LAUNCH, 3 + nin, ops, op->nresults, types, 1);
-    l->loc = op->loc;
+    Op *l = op_create(outer->a, OP_LAUNCH, 3 + nin, ops, nres, types, 1);
+    l->loc = loc;
     Block *body = region_add_block(outer->a, &l->regions[0]);
     static const char *const pid_names[3] = {"pid_x", "pid_y", "pid_z"};
-    *args = NEW_ARRAY(outer->a, Value *, 3 + nin + op->nresults);
+    *args = NEW_ARRAY(outer->a, Value *, 3 + nin + nres);
     for (int i = 0; i < 3; i++)
         (*args)[i] = block_add_arg(outer->a, body, type_scalar(outer->a, SK_INDEX), pid_names[i]);
     for (int i = 0; i < nin; i++)
         (*args)[3 + i] = block_add_arg(outer->a, body, memref_of(outer->a, inputs[i]->type), inputs[i]->name);
-    for (int i = 0; i < op->nresults; i++)
-        (*args)[3 + nin + i] = block_add_arg(outer->a, body, memref_of(outer->a, op->results[i]->type),
-                                             op->results[i]->name ? arena_printf(outer->a, "%s_out", op->results[i]->name) : NULL);
-    for (int i = 0; i < op->nresults; i++)
-        l->results[i]->name = op->results[i]->name;
+    for (int i = 0; i < nres; i++) {
+        const char *name = names ? names[i] : NULL;
+        (*args)[3 + nin + i] = block_add_arg(outer->a, body, memref_of(outer->a, types[i]),
+                                             name ? arena_printf(outer->a, "%s_out", name) : NULL);
+        l->results[i]->name = name;
+    }
     return l;
+}
+
+/* A tile.launch replacing `op`, with its results' types and names. */
+static Op *new_launch(Builder *outer, const Op *op, Value **grid, int nin, Value **inputs, Value ***args) {
+    Type **types = NEW_ARRAY(outer->a, Type *, op->nresults + 1);
+    const char **names = NEW_ARRAY(outer->a, const char *, op->nresults + 1);
+    for (int i = 0; i < op->nresults; i++)
+        types[i] = op->results[i]->type, names[i] = op->results[i]->name;
+    return make_launch(outer, op->loc, grid, nin, inputs, op->nresults, types, names, args);
 }
 
 /* A tile.for from lb to ub by step carrying `init`; *body gets a builder
@@ -375,7 +384,7 @@ static int index_of_value(PtrVec *v, const Value *x) {
 
 /* Func-level tensors the hooks read: they become launch inputs. */
 static void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < att->nregions; r++)
         for (int bi = 0; bi < att->regions[r].nblocks; bi++)
             for_each_op(op, att->regions[r].blocks[bi])
                 if (op->kind == OP_EXTRACT && index_of_value(out, op->operands[0]) < 0)
@@ -557,6 +566,188 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     return true;
 }
 
+/* ---- the attention backward ----------------------------------------------------------
+ * attn.attention_backward becomes three kernels (FlashAttention-2's plan,
+ * ../shared/BACKWARD-NOTES.md §2):
+ *
+ *   preprocess  a program per BM query rows of one (batch, head):
+ *               D = rowsum(do ∘ o), f32 [B, Hq, Nq]
+ *   main        a program per BN keys of one (batch, kv head), holding dK and
+ *               dV tiles: for each query head of the group, for each BM-row
+ *               query tile, Sᵀ = K·Qᵀ (keys down, queries across, so lse and
+ *               D are row vectors), Pᵀ = exp(Sᵀ' − lse), dV += Pᵀ·dO,
+ *               dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ score'(Sᵀ), dK += dSᵀ·Q,
+ *               and dSᵀᵀ·K added into an f32 dQ accumulator (tile.atomic_add;
+ *               the launch's `zeroed` output starts at 0)
+ *   postprocess dq = scale · dQacc, rounded to q's type
+ *
+ * Keys past Nk and queries past Nq are masked like the mask's hidden
+ * scores (P = 0, so dS = 0). Every query tile is visited: skipping the
+ * tiles a mask hides (the band inverted) is to come. */
+
+static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
+    Dim d[4] = {d0, d1, d2, d3};
+    return type_shaped(a, TY_TENSOR, k, 4, d);
+}
+
+static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
+    (void)func;
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    if (qt->dims[3].sym || vt->dims[3].sym)
+        return true;   /* symbolic head dims: the frontend never makes these */
+    Arena *a = ctx->arena;
+    const int64_t BM = 64, BN = 64, D = qt->dims[3].size, DV = vt->dims[3].size;
+    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
+    double scale = op_attr(op, "scale")->f;
+    Dim Bd = qt->dims[0], Hq = qt->dims[1], Hk = kt->dims[1], Nq = qt->dims[2], Nk = kt->dims[2];
+    Builder outer = {a, NULL, NULL, op->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1}, col_vec[2] = {-1, 2};
+    Value **args;
+
+    /* preprocess: D = rowsum(do ∘ o) */
+    Value *pre_in[2] = {op->operands[3], op->operands[5]};
+    Type *delta_t = type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, Nq});
+    Value *qgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nq), BM), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hq)),
+                       b_index(&outer, 1)};
+    Op *pre = make_launch(&outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
+    {
+        Builder b = {a, pre->regions[0].blocks[0], NULL, op->loc};
+        Value *H = b_dim(&b, Hq), *zero = b_index(&b, 0);
+        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
+        Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
+        Value *idx[4] = {bi, h, r0, zero};
+        Value *o = load(&b, args[3], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+        Value *dout = load(&b, args[4], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+        Value *d = b_row_reduce(&b, "sum", b_bin(&b, OP_MUL, b_cast(&b, dout, F), b_cast(&b, o, F)));
+        store(&b, args[5], d, idx, row_vec);
+        yield(&b, 0, NULL);
+    }
+    block_append(&tmp, pre);
+
+    /* main: dK, dV per key tile; dQ accumulated */
+    PtrVec side = {0};
+    collect_side_tensors(op, a, &side);
+    int nin = 6 + side.len;
+    Value **inputs = NEW_ARRAY(a, Value *, nin);
+    Value *main_in[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5],
+                         pre->results[0]};
+    memcpy(inputs, main_in, sizeof main_in);
+    for (int i = 0; i < side.len; i++)
+        inputs[6 + i] = side.items[i];
+    Type *main_t[3] = {(Type *)kt, (Type *)vt, tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
+    Value *kgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nk), BN), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hk)),
+                       b_index(&outer, 1)};
+    Op *mainl = make_launch(&outer, op->loc, kgrid, nin, inputs, 3, main_t,
+                            (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"}, &args);
+    op_set_attr(a, mainl, "zeroed", attr_array(a, 1, (Attr *[]){attr_int(a, 2)}));
+    {
+        Builder b = {a, mainl->regions[0].blocks[0], NULL, op->loc};
+        Value *Q = args[3], *K = args[4], *V = args[5], *LSE = args[6], *DO = args[7], *DELTA = args[8];
+        Value *DK = args[3 + nin], *DV_ = args[4 + nin], *DQ = args[5 + nin];
+        Map memrefs;
+        map_init(&memrefs, false);
+        for (int i = 0; i < side.len; i++)
+            map_put(a, &memrefs, side.items[i], args[9 + i]);
+        Value *HK = b_dim(&b, Hk), *G = b_bin(&b, OP_FLOORDIV, b_dim(&b, Hq), HK), *zero = b_index(&b, 0);
+        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HK), *kh = b_bin(&b, OP_REM, args[1], HK);
+        Value *j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
+        Value *ki[4] = {bi, kh, j0, zero};
+        Value *ktile = load(&b, K, ki, rows_cols, b_tile_type(&b, dt, BN, D), 0);
+        Value *vtile = load(&b, V, ki, rows_cols, b_tile_type(&b, dt, BN, DV), 0);
+        Value *j = b_bin(&b, OP_ADD, b_iota(&b, 0, BN, 1), j0);   /* keys down the rows */
+        Value *nq = b_dim(&b, Nq), *nk = b_dim(&b, Nk), *fzero = b_float(&b, acc, 0);
+        Value *init[2] = {b_splat(&b, fzero, BN, D), b_splat(&b, fzero, BN, DV)};
+        Builder gb, mb;
+        Value *g, *m0, **gc, **mc;
+        Op *gl = new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
+        Value *h = b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
+        Op *ml = new_for(&gb, zero, nq, b_index(&gb, BM), 2, gc, &mb, &m0, &mc);
+        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
+        Value *q = load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
+        Value *dout = load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
+        Value *li[3] = {bi, h, m0};
+        Value *lse = load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
+        Value *ninf32 = b_float(&mb, F, -INFINITY);
+        lse = b_select(&mb, b_cmp(&mb, "eq", lse, ninf32), b_float(&mb, F, 0), lse);
+        Value *delta = load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
+        Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
+        Value *qT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BM), 1, &q);
+        Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
+        Value *st = b_bin(&mb, OP_MUL, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops),
+                          b_float(&mb, acc, scale));
+        Value *pre_hook = st, *full32 = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
+        if (op->regions[0].nblocks) {
+            Value *hargs[5] = {b_cast(&mb, st, F), bi, h, i, j};
+            st = b_cast(&mb, b_bin(&mb, OP_ADD, vectorise(&mb, op->regions[0].blocks[0], hargs, &memrefs), full32), acc);
+        }
+        Value *valid = b_bin(&mb, OP_AND, b_cmp(&mb, "lt", j, nk), b_cmp(&mb, "lt", i, nq));
+        if (op->regions[2].nblocks) {
+            Value *margs[4] = {bi, h, i, j};
+            valid = b_bin(&mb, OP_AND, valid, vectorise(&mb, op->regions[2].blocks[0], margs, &memrefs));
+        }
+        st = b_select(&mb, valid, st, b_float(&mb, acc, -INFINITY));
+        Value *p = b_unary(&mb, OP_EXP, b_bin(&mb, OP_SUB, b_cast(&mb, st, F), lse));
+        Value *pc = b_cast(&mb, p, dt);
+        Value *dv_ops[3] = {pc, dout, mc[1]};
+        Value *dv = b_emit(&mb, OP_DOT, mc[1]->type, 3, dv_ops);
+        Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
+        Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
+        Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
+        Value *ds = b_bin(&mb, OP_MUL, p, b_bin(&mb, OP_SUB, dp, delta));
+        if (op->regions[1].nblocks) {
+            Value *hargs[5] = {b_cast(&mb, pre_hook, F), bi, h, i, j};
+            ds = b_bin(&mb, OP_MUL, ds, b_bin(&mb, OP_ADD, vectorise(&mb, op->regions[1].blocks[0], hargs, &memrefs), full32));
+        }
+        Value *dsc = b_cast(&mb, ds, dt);
+        Value *dk_ops[3] = {dsc, q, mc[0]};
+        Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
+        Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
+        Value *dq_ops[3] = {dsT, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
+        Value *dq = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops), F);
+        Value *aops[6] = {DQ, dq, bi, h, m0, b_index(&mb, 0)};
+        Op *add = op_create(a, OP_ATOMIC_ADD, 6, aops, 0, NULL, 0);
+        add->loc = op->loc;
+        op_set_attr(a, add, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 2), attr_int(a, 3)}));
+        block_append(mb.blk, add);
+        Value *next[2] = {dk, dv};
+        yield(&mb, 2, next);
+        Value *gnext[2] = {ml->results[0], ml->results[1]};
+        yield(&gb, 2, gnext);
+        Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, gl->results[0], F), b_float(&b, F, scale)), dt);
+        store(&b, DK, dkf, ki, rows_cols);
+        store(&b, DV_, b_cast(&b, b_cast(&b, gl->results[1], F), dt), ki, rows_cols);
+        yield(&b, 0, NULL);
+    }
+    block_append(&tmp, mainl);
+
+    /* postprocess: dq = scale · dQacc */
+    Value *post_in[1] = {mainl->results[2]};
+    Type *dq_t = (Type *)qt;
+    Op *post = make_launch(&outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
+    {
+        Builder b = {a, post->regions[0].blocks[0], NULL, op->loc};
+        Value *H = b_dim(&b, Hq), *zero = b_index(&b, 0);
+        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
+        Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
+        Value *idx[4] = {bi, h, r0, zero};
+        Value *x = load(&b, args[3], idx, rows_cols, b_tile_type(&b, F, BM, D), 0);
+        store(&b, args[4], b_cast(&b, b_bin(&b, OP_MUL, x, b_float(&b, F, scale)), dt), idx, rows_cols);
+        yield(&b, 0, NULL);
+    }
+    block_append(&tmp, post);
+    for (Op *o = tmp.first, *next_op; o; o = next_op) {
+        next_op = o->next;
+        op_insert_before(op, o);
+    }
+    map_put(a, &replaced, op->results[0], post->results[0]);
+    map_put(a, &replaced, op->results[1], mainl->results[0]);
+    map_put(a, &replaced, op->results[2], mainl->results[1]);
+    op_unlink(op);
+    return true;
+}
+
 /* ---- everything else: row kernels ------------------------------------------------
  * An elementwise op, a reduction or a softmax over the last axis, on tensors
  * of rank 1 or 2 whose last dimension is a number, becomes a kernel with a
@@ -700,6 +891,7 @@ bool pass_tiling(Op *module, PassContext *ctx) {
             redirect(op);   /* a value defined before op is used by op or later */
             bool ok = op->kind == OP_FUSED_GEMM ? tile_gemm(ctx, func, op)
                     : op->kind == OP_ATTENTION  ? tile_attention(ctx, func, op)
+                    : op->kind == OP_ATTENTION_BWD ? tile_attention_backward(ctx, func, op)
                     : is_row_op(op)             ? tile_rows(ctx, func, op)
                                                 : true;
             if (!ok)
