@@ -167,7 +167,11 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             }
             map_put(a, &nm.of, op->results[r], (void *)bn);
         }
-        KernelSpec k = {.launch = op, .name = arena_printf(a, "%s_k%d", name, nkern++), .ndims = dims.len,
+        char *kname = arena_printf(a, "%s_k%d", name, nkern++);
+        for (char *c = kname; *c; c++)   /* PTX names have no '.' (NAME.backward) */
+            if (*c == '.')
+                *c = '_';
+        KernelSpec k = {.launch = op, .name = kname, .ndims = dims.len,
                         .dims = (const char **)dims.items};
         KernelInfo info = {0};
         if (!emit_kernel(t, a, d, ctx, mod, &k, &info))
@@ -189,6 +193,9 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             fprintf(man, "%s%s", i > 3 ? "," : "",
                     (const char *)map_get(&nm.of, i < op->noperands ? op->operands[i]
                                                                   : op->results[i - op->noperands]));
+        Attr *zeroed = op_attr(op, "zeroed");   /* outputs the runtime clears before the launch */
+        for (int z = 0; zeroed && z < zeroed->n; z++)
+            fprintf(man, "%s%s", z ? "," : " zero=", (const char *)map_get(&nm.of, op->results[zeroed->elems[z]->i]));
         fputc('\n', man);
         /* the tensor maps it takes by value, after y_offset, in order */
         for (int j = 0; j < info.ntmaps; j++) {

@@ -200,6 +200,34 @@ static void emit_store(Cg *cg, const Op *op) {
     }
 }
 
+/* tile.atomic_add: each element added into global memory (red.global.add
+ * where the result is unused), out-of-bounds elements skipped. */
+static void emit_atomic_add(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *t = op->operands[1]->type;
+    int64_t rows = t->dims[0].size, cols = t->dims[1].size;
+    Dist *d = as_dist(cg, op, op->operands[1]);
+    if (cg->failed)
+        return;
+    if (m->elem != SK_F32 || m->shared) {
+        cg_err(cg, op, "tile.atomic_add adds into global f32 memory only", NULL);
+        return;
+    }
+    LLVMValueRef own = tile_owner(cg, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
+        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, SK_F32);
+        LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpFAdd, gep(cg, SK_F32, m->ptr, off), v,
+                           LLVMAtomicOrderingMonotonic, false);
+        if_end(cg, join);
+    }
+}
+
 static void emit_gather(Cg *cg, const Op *op) {
     Mem *m = as_mem(cg, op, op->operands[0]);
     if (!m)
@@ -409,14 +437,50 @@ const Token *wait_token(Cg *cg, const Op *op) {
     return c->tok;
 }
 
+/* A computed tile (registers) that dots read transposed (nv.operand on the
+ * tile.trans): stored row-major into a shared buffer of its own, which the
+ * dots then read as a View. The barrier before the stores lets the previous
+ * loop iteration's readers finish; the one after publishes them. */
+static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
+    Attr *sw = op_attr(op, "nv.swizzle"), *rs = op_attr(op, "nv.row_stride");
+    int swizzle = sw ? (int)sw->i : 0;
+    View *w = NEW(cg->a, View);
+    w->rows = d->rows, w->cols = d->cols;
+    w->stride = swizzle ? d->cols : rs->i;
+    w->swizzle = swizzle;
+    w->panel_rows = d->rows;
+    cg->owner = op->results[0];
+    w->base = smem_alloc_aligned(cg, d->rows * w->stride * esize(d->elem), swizzle ? 1024 : 16);
+    cg->owner = NULL;
+    cg_barrier(cg);
+    Pos *ps;
+    int n = positions(cg, d->rows, d->cols, &ps);
+    LLVMValueRef own = tile_owner(cg, d->rows, d->cols);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef row, col;
+        coords(cg, ps[k], d->rows, d->cols, &row, &col);
+        LLVMValueRef off = smem_offset(cg, row, col, w->stride, w->panel_rows, swizzle);
+        LLVMBasicBlockRef join = if_begin(cg, own);
+        store_elem(cg, d->elem, dist_get(cg, d, ps[k]), gep(cg, d->elem, w->base, off));
+        if_end(cg, join);
+    }
+    proxy_fence(cg);
+    cg_barrier(cg);
+    return w;
+}
+
 static void emit_trans(Cg *cg, const Op *op) {
     Cv *c = cv_get(cg, op->operands[0]);
-    if (!c || c->kind != CV_VIEW) {
-        cg_err(cg, op, "tile.trans is supported on loaded tiles only", NULL);
+    View *from = c && c->kind == CV_VIEW ? c->view : NULL;
+    if (c && c->kind == CV_DIST && op_attr(op, "nv.operand") && c->d->rows == op->operands[0]->type->dims[0].size &&
+        c->d->cols == op->operands[0]->type->dims[1].size)
+        from = registers_to_view(cg, op, c->d);
+    if (!from) {
+        cg_err(cg, op, "tile.trans is supported on loaded tiles, and on computed tiles only dots read", NULL);
         return;
     }
     View *w = NEW(cg->a, View);
-    *w = *c->view;
+    *w = *from;
     w->trans = !w->trans;
     int64_t t = w->rows;
     w->rows = w->cols;
@@ -594,6 +658,7 @@ static void emit_op(Cg *cg, const Op *op) {
     }
     case OP_LOAD: emit_load(cg, op); return;
     case OP_STORE: emit_store(cg, op); return;
+    case OP_ATOMIC_ADD: emit_atomic_add(cg, op); return;
     case OP_GATHER: emit_gather(cg, op); return;
     case OP_SPLAT: case OP_IOTA: emit_splat_iota(cg, op); return;
     case OP_TILE_REDUCE: emit_reduce(cg, op); return;

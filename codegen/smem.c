@@ -227,6 +227,9 @@ void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w) {
     LLVMValueRef base = smem_alloc_aligned(cg, w->rows * stride * 2, swizzle ? 1024 : 16);
     cg->owner = NULL;
     Token *t = prefetch(cg, op, m, 1, w->rows, w->cols, inner_size_of(op->operands[0]));
+    const Op *parent = op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
+    if (parent && parent->kind == OP_FOR)   /* the previous iteration's readers first */
+        cg_barrier(cg);
     land(cg, t, base, stride, w->rows, swizzle);
     proxy_fence(cg);   /* the stores, before wgmma reads them */
     cg_barrier(cg);

@@ -15,6 +15,9 @@
  * Masks with no such conjunct (a document mask, a padding mask read from a
  * tensor) get no band and stay elementwise.
  *
+ * attn.attention_backward gets the same band; its tiling inverts it (the
+ * query tiles a key tile is visible to).
+ *
  * Requires: attn.attention ops (after fusion). Guarantees: every (i, j) the
  * mask keeps satisfies the recorded bounds. Its twin
  * `test-mask-analysis-shrink` records bounds 64 keys too tight.
@@ -174,9 +177,10 @@ static Attr *affine_attr(Arena *a, const Affine *x) {
 static bool run(Op *module, PassContext *ctx, int64_t shrink) {
     for_each_op(func, op_body(module))
         for_each_op(op, op_body(func)) {
-            if (op->kind != OP_ATTENTION || op->regions[1].nblocks != 1)
+            int mask = op->kind == OP_ATTENTION ? 1 : op->kind == OP_ATTENTION_BWD ? 2 : -1;
+            if (mask < 0 || op->regions[mask].nblocks != 1)
                 continue;
-            const Block *hook = op->regions[1].blocks[0];
+            const Block *hook = op->regions[mask].blocks[0];
             Band band = {.exact = true};
             conjuncts(hook->last->operands[0], hook, &band, 0);
             if (!band.has_lo && !band.has_hi)

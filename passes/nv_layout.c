@@ -17,6 +17,10 @@
  *                              registers as the A fragments of every dot
  *                              that reads it), with nv.row_stride; absent:
  *                              loaded into the layout
+ *   tile.trans     nv.operand  "scratch" on the transpose of a computed tile
+ *                              that dots read (the backward's dSᵀ): the tile
+ *                              is stored to shared memory (nv.row_stride)
+ *                              and read transposed
  *   tile.dot       nv.mma      sm_70: "m8n8k4.<A>.<B>.<acc>", the fragment
  *                              layouts (row/col) that read the operands'
  *                              memory without a transpose; sm_80:
@@ -215,11 +219,14 @@ static bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op) 
 }
 
 /* The fragment layout that reads a dot operand's memory as it lies: "row"
- * for a loaded tile, "col" for the transpose of one, "" if computed. */
+ * for a loaded tile, "col" for the transpose of one or of a computed tile
+ * put in shared memory (nv.operand on the tile.trans), "" if computed. */
 static const char *operand_layout(const Value *v) {
     const Op *d = v->def;
     if (d && d->kind == OP_LOAD && op_attr(d, "nv.operand"))
         return "row";
+    if (d && d->kind == OP_TRANS && op_attr(d, "nv.operand"))
+        return "col";
     if (d && d->kind == OP_TRANS && d->operands[0]->def && d->operands[0]->def->kind == OP_LOAD &&
         op_attr(d->operands[0]->def, "nv.operand"))
         return "col";
@@ -369,6 +376,21 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                     op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, op->results[0]->type->dims[1].size)));
             }
             break;
+        case OP_TRANS: {   /* a computed tile's transpose read by dots (the backward's dSᵀ): via shared memory */
+            const Op *src = op->operands[0]->def;
+            const Type *t = op->operands[0]->type;
+            int q = l->gen == SM70 ? 4 : 16;
+            bool elem_ok = l->gen == SM70 ? t->elem == SK_F16 : is_16bit(t->elem);
+            if ((!src || src->kind != OP_LOAD) && elem_ok && t->dims[0].size % q == 0 && t->dims[1].size % q == 0 &&
+                only_dot_uses(top, op->results[0], false)) {
+                op_set_attr(a, op, "nv.operand", attr_str(a, "scratch"));
+                if (l->gen == SM90)
+                    op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
+                else
+                    op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, t->dims[1].size)));
+            }
+            break;
+        }
         case OP_ALLOC: {
             const Type *t = op->results[0]->type;
             if (l->gen == SM90 && is_16bit(t->elem) && t->rank >= 2)

@@ -582,8 +582,33 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
  *   postprocess dq = scale · dQacc, rounded to q's type
  *
  * Keys past Nk and queries past Nq are masked like the mask's hidden
- * scores (P = 0, so dS = 0). Every query tile is visited: skipping the
- * tiles a mask hides (the band inverted) is to come. */
+ * scores (P = 0, so dS = 0). With a band from mask-analysis whose bounds
+ * move one key per query row (causal, windows, bottom-right causal), each
+ * key tile visits only the query tiles that see one of its keys: the band
+ * inverted (query_range). */
+
+/* The query rows [start, end) that can see a key of [j0, j0 + BN): with
+ * hi(i) = i + Kh, a query sees key j0 only from i = j0 − Kh on; with lo(i) =
+ * i + Kl, no query past j0 + BN − 1 − Kl sees the tile. Bounds with another
+ * slope leave the range whole (masked elementwise, still right). start is
+ * rounded down to a query tile. */
+static void query_range(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t BN, Value *nq, Value **start,
+                        Value **end) {
+    Attr *band = op_attr(op, "band");
+    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
+    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    Value *zero = b_index(b, 0);
+    *start = zero, *end = nq;
+    if (hi && attrs_get(hi->entries, hi->n, "i")->i == 1) {   /* band_at(hi, 0) = Kh */
+        Value *first = b_bin(b, OP_MAX, zero, b_bin(b, OP_SUB, j0, band_at(b, hi, zero)));
+        *start = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, first, b_index(b, BM)), b_index(b, BM));
+        *start = b_bin(b, OP_MIN, *start, nq);
+    }
+    if (lo && attrs_get(lo->entries, lo->n, "i")->i == 1) {
+        Value *last = b_bin(b, OP_SUB, b_bin(b, OP_ADD, j0, b_index(b, BN)), band_at(b, lo, zero));
+        *end = b_bin(b, OP_MAX, *start, b_bin(b, OP_MIN, nq, last));
+    }
+}
 
 static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
     Dim d[4] = {d0, d1, d2, d3};
@@ -663,7 +688,9 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         Value *g, *m0, **gc, **mc;
         Op *gl = new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
         Value *h = b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
-        Op *ml = new_for(&gb, zero, nq, b_index(&gb, BM), 2, gc, &mb, &m0, &mc);
+        Value *m_start, *m_end;
+        query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
+        Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, gc, &mb, &m0, &mc);
         Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
         Value *q = load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
         Value *dout = load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);

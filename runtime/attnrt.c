@@ -68,6 +68,8 @@ typedef struct KernelSpec {
     void *fn;             /* CUfunction, once loaded */
     int ntmaps;           /* tensor maps, passed after the other parameters */
     TmapSpec tmaps[MAX_TMAPS];
+    int nzero;            /* tensors cleared (in the stream) before the launch: accumulated into */
+    int zero[MAX_ARGS];
 } KernelSpec;
 
 typedef struct Assert {
@@ -295,6 +297,17 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
             if (t < 0)
                 return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, w[i]);
             k->args[k->nargs++] = t;
+        }
+        const char *zero = get(e, "zero");   /* optional */
+        if (zero) {
+            snprintf(buf, sizeof buf, "%s", zero);
+            n = split_list(buf, ',', w, MAX_ARGS);
+            for (int i = 0; i < n; i++) {
+                int t = tensor_index(cur, w[i]);
+                if (t < 0)
+                    return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s' in zero=", lineno, w[i]);
+                k->zero[k->nzero++] = t;
+            }
         }
     } else if (strcmp(e->what, "tmap") == 0) {   /* belongs to the kernel line before it */
         NEED(kernel, "kernel");
@@ -946,6 +959,14 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         for (int j = 0; j < k->ntmaps; j++)
             if ((rc = encode_tmap(b, k, &k->tmaps[j], ptrs, &bd)))
                 return rc;
+        for (int z = 0; z < k->nzero; z++) {
+            const TensorSpec *s = &b->tensors[k->zero[z]];
+            size_t bytes = (size_t)dtype_size(s->dtype);
+            for (int d = 0; d < s->rank; d++)
+                bytes *= (size_t)dim_value(&bd, &s->dims[d]);
+            if (bytes && (rc = cuda_memset_async(ptrs[k->zero[z]], 0, bytes, stream)))
+                return rc;
+        }
         void *params[MAX_ARGS + MAX_DIMS + 1 + MAX_TMAPS];
         int np = 0;
         for (int i = 0; i < k->nargs; i++)

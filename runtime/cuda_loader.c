@@ -46,6 +46,7 @@ static struct {
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, void *);
     CUresult (*cuCtxSynchronize)(void);
     /* CUDA 12 drivers and newer; NULL before (only sm_90a's TMA needs it) */
     CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *, const uint64_t *,
@@ -111,6 +112,7 @@ static int ready(void) {
     SYM(cuMemcpyHtoD, "_v2");
     SYM(cuMemcpyDtoH, "_v2");
     SYM(cuMemsetD8, "_v2");
+    SYM(cuMemsetD8Async, "");
     SYM(cuCtxSynchronize, "");
     *(void **)&cu.cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled");
     int rc = check(cu.cuInit(0), "cuInit", NULL);
@@ -198,6 +200,13 @@ int cuda_memset(void *dst, unsigned char byte, size_t bytes) {
     if (rc)
         return rc;
     return check(cu.cuMemsetD8((CUdeviceptr)(uintptr_t)dst, byte, bytes), "cuMemsetD8", NULL);
+}
+
+int cuda_memset_async(void *dst, unsigned char byte, size_t bytes, void *stream) {
+    int rc = ready();
+    if (rc)
+        return rc;
+    return check(cu.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, byte, bytes, stream), "cuMemsetD8Async", NULL);
 }
 
 int cuda_synchronize(void) {

@@ -16,6 +16,7 @@ int cuda_malloc(void **p, size_t bytes);
 int cuda_free(void *p);
 int cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
 int cuda_memset(void *dst, unsigned char byte, size_t bytes);
+int cuda_memset_async(void *dst, unsigned char byte, size_t bytes, void *stream);   /* ordered in the stream */
 int cuda_synchronize(void);
 /* A CUtensorMap (128 bytes, 64-byte aligned) over a 16-bit tensor for TMA:
  * dims and box innermost first, strides in bytes of dims 1.., SWIZZLE_128B. */

@@ -169,6 +169,14 @@ class Module:
         _check(lib.attnrt_run(self._m, block.encode(), cin, len(ins), cout, len(outs), ctypes.c_void_p(stream)))
         return out[0] if len(out) == 1 else tuple(out)
 
+    def autograd(self, block):
+        """The attention block as a differentiable op: f(q, k, v, *side) -> o,
+        whose backward runs the compiled NAME.backward; it is a torch.library
+        custom op, so torch.compile graphs can hold it (compile the module with
+        backward=True). See autograd.py and doc/python.md."""
+        from .autograd import make_function
+        return make_function(self, block)
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
@@ -193,16 +201,19 @@ def find_attnc():
     return found
 
 
-def compile(source, arch=None, output=None):
+def compile(source, arch=None, output=None, backward=False):
     """Compiles a .attn file with attnc for `arch` (None: attnc's default
     target, sm_80) and loads the PTX (written to `output`, or to a temporary
-    file that is removed once loaded)."""
+    file that is removed once loaded). backward=True also compiles each
+    attention block's backward, NAME.backward (attnc -backward)."""
     keep = output is not None
     if not keep:
         fd, output = tempfile.mkstemp(suffix=".ptx", prefix="attnc-")
         os.close(fd)
     try:
         cmd = [find_attnc(), os.fspath(source), "-emit=ptx", "-o", output] + (["-arch", arch] if arch else [])
+        if backward:
+            cmd.append("-backward")
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise AttncError(r.stderr.strip() or f"attnc failed with status {r.returncode}")

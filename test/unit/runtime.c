@@ -58,6 +58,15 @@ int main(int argc, char **argv) {
     report("tmap-box-size", attnrt_load_data(tmap_big, sizeof tmap_big - 1, &m));
     const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
     report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
+    /* zero=: tensors the runtime clears before a launch (the backward's dQ accumulator) */
+#define ZERO_HEAD "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
+                  "// tensor role=in name=k dtype=f16 shape=N,64\n// tensor role=tmp name=tmp0 dtype=f32 shape=N,64\n"
+    const char zero_good[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp0\n// end\n";
+    report("zero-good", attnrt_load_data(zero_good, sizeof zero_good - 1, &m));
+    attnrt_unload(m);
+    m = NULL;
+    const char zero_bad[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp9\n";
+    report("zero-unknown", attnrt_load_data(zero_bad, sizeof zero_bad - 1, &m));
     if (argc < 2 || attnrt_load_file(argv[1], &m)) {
         fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
         return 1;

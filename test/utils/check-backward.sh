@@ -8,7 +8,7 @@
 set -e
 attnc=$1 dir=$2
 for e in mha gqa_causal sliding_window document_mask softcap_alibi cross_attention; do
-  for run in "1 sm_70 23" "2 sm_80 1" "3 sm_90a 40"; do
+  for run in "1 sm_70 23" "2 sm_80 1" "3 sm_90a 40" "4 sm_80 130"; do
     set -- $run
     args="--seed $1 -arch $2 -D N=$3 -D NQ=$3 -D NK=$(($3 + 6))"
     "$attnc" run "$dir/$e.attn" -backward --check $args || { echo "FAILED: $e $args"; exit 1; }

@@ -1,16 +1,17 @@
 #!/bin/sh
-# check-ptxas.sh ATTNC PTXAS EXAMPLES_DIR ARCH
-# Compiles every example for ARCH (sm_70, sm_80, sm_90a) and assembles the
+# check-ptxas.sh ATTNC PTXAS EXAMPLES_DIR ARCH [ATTNC_FLAG]
+# Compiles every example for ARCH (sm_70, sm_80, sm_90a; with ATTNC_FLAG,
+# e.g. -backward, given to attnc) and assembles the
 # PTX with a CUDA 12 ptxas; prints per kernel: registers, spill bytes, shared
 # memory. Fails if attnc or ptxas fails, or if the PTX touches local memory.
 set -e
-attnc=$1 ptxas=$2 dir=$3 arch=$4
+attnc=$1 ptxas=$2 dir=$3 arch=$4 flag=${5:-}
 tmp=${TMPDIR:-/tmp}/attnc-ptxas.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 for f in "$dir"/*.attn; do
   n=$(basename "$f" .attn)
-  "$attnc" "$f" -arch "$arch" -o "$tmp/$n.ptx"
+  "$attnc" "$f" -arch "$arch" $flag -o "$tmp/$n.ptx"
   if grep -q '\.local' "$tmp/$n.ptx"; then echo "$n: the PTX uses local memory"; exit 1; fi
   "$ptxas" -arch="$arch" -v "$tmp/$n.ptx" -o "$tmp/$n.cubin" 2>"$tmp/$n.log" || { cat "$tmp/$n.log"; exit 1; }
   # ptxas -v: "Compiling entry function 'K'", "... N bytes spill stores ...", "Used R registers"

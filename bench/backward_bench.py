@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""backward_bench.py — attnc's attention backward beside torch SDPA's flash
+(FlashAttention-2) and cuDNN backward, on the H200, in one process.
+
+    python3 bench/backward_bench.py --kit KIT --out DIR [--arch sm_80 ...] [--quick]
+
+FlashAttention's protocol: batch·seqlen = 16384, heads = 2048 / head dim,
+head dims 64 and 128, causal and not, fp16. Backward FLOPs = 2.5 × the
+forward's 4·B·H·N²·D (half when causal). Each time is the median of
+triton's do_bench: attnc runs NAME.backward (its three kernels, the dQ
+accumulator cleared in the stream); the peers run torch.autograd.grad of
+the SDPA output (their backward kernels, the preprocess included). Writes
+a table of TFLOP/s and ratios to DIR/backward-bench.md.
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import attnc  # noqa: E402
+
+
+def ms(fn):
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kit", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--arch", action="append")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    archs = args.arch or ["sm_80"]
+    os.environ["ATTNC"] = os.path.join(os.path.abspath(args.kit), "attnc")
+    os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
+    os.makedirs(args.out, exist_ok=True)
+    tmp = tempfile.mkdtemp()
+    Ns = [1024, 4096, 16384] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    rows = []
+    for Dh in (64, 128):
+        H = 2048 // Dh
+        for causal in (False, True):
+            mods = {}
+            for arch in archs:
+                name = f"bwd_{Dh}_{int(causal)}"
+                path = os.path.join(tmp, f"{name}_{arch}.attn")
+                with open(path, "w") as f:
+                    f.write(f"attention {name}(q: f16[B, {H}, N, {Dh}], k: f16[B, {H}, N, {Dh}], "
+                            f"v: f16[B, {H}, N, {Dh}]) -> (o: f16[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
+                            + ("  mask(b, h, i, j) = j <= i;\n" if causal else "") + "}\n")
+                mods[arch] = (name, attnc.compile(path, arch=arch, output=path[:-5] + ".ptx", backward=True))
+            for N in Ns:
+                B = 16384 // N
+                q, k, v, do = (torch.randn(B, H, N, Dh, device="cuda", dtype=torch.half) for _ in range(4))
+                flops = 2.5 * 4 * B * H * N * N * Dh * (0.5 if causal else 1)
+                row = {"D": Dh, "causal": causal, "N": N}
+                for arch, (name, mod) in mods.items():
+                    o, lse = mod.run(name, q, k, v)
+                    outs = [torch.empty_like(t) for t in (q, k, v)]
+                    row[f"attnc {arch}"] = flops / ms(lambda: mod.run(name + ".backward", q, k, v, o, lse, do,
+                                                                      out=outs)) / 1e9
+                for peer, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    xs = [t.clone().requires_grad_() for t in (q, k, v)]
+                    try:
+                        with sdpa_kernel(backend):
+                            out = F.scaled_dot_product_attention(*xs, is_causal=causal)
+                            row[peer] = flops / ms(lambda: torch.autograd.grad(out, xs, do, retain_graph=True)) / 1e9
+                    except RuntimeError as e:
+                        print(f"{peer} D{Dh} N{N}: {str(e).splitlines()[0]}")
+                        row[peer] = float("nan")
+                rows.append(row)
+                print(row, flush=True)
+    cols = [f"attnc {a}" for a in archs] + ["flash", "cudnn"]
+    lines = ["| D | causal | N | " + " | ".join(c + " TFLOP/s" for c in cols) + " | "
+             + " | ".join(f"attnc {a} / flash | attnc {a} / cudnn" for a in archs) + " |",
+             "|" + "---|" * (3 + len(cols) + 2 * len(archs))]
+    for r in rows:
+        ratios = []
+        for a in archs:
+            ratios += [f"{r[f'attnc {a}'] / r['flash']:.2f}", f"{r[f'attnc {a}'] / r['cudnn']:.2f}"]
+        lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['N']} | "
+                     + " | ".join(f"{r[c]:.0f}" for c in cols) + " | " + " | ".join(ratios) + " |")
+    import math
+    for a in archs:
+        for peer in ("flash", "cudnn"):
+            rs = [r[f"attnc {a}"] / r[peer] for r in rows if r[peer] == r[peer]]
+            lines.append(f"\ngeomean attnc {a} / {peer}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(args.out, "backward-bench.md"), "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

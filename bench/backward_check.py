@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""backward_check.py — attnc's attention backward kernels on a GPU, against
+float64 PyTorch autograd.
+
+    python3 bench/backward_check.py --kit KIT --out DIR [--arch sm_70|sm_80|sm_90a] [--dtype f16|bf16] [--quick]
+
+For each case: q, k, v (and side inputs) fresh random numbers; attnc's
+forward gives o and lse; do is random; NAME.backward (attnc -backward) gives
+dq, dk, dv into outputs poisoned with NaN. The reference is torch.autograd
+of the same attention in float64; "torch, same precision" is the eager form
+on the 16-bit inputs (bench/gpu_check.py's attention_ref), differentiated
+by autograd. FlashAttention's rule for gradients:
+
+  FP32-ACC   err <= 3 * err(torch, same precision) + 1e-5
+  FP16-ACC   the same + fp16acc_slack(K) (bench/gpu_check.py)
+
+Prints one line per gradient, a summary last, and writes the log under DIR.
+"""
+import argparse
+import math
+import os
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gpu_check as gc  # noqa: E402
+import attnc  # noqa: E402  (gpu_check put python/ on the path)
+
+
+def grads(q, k, v, do, scale, mask_fn, score_fn, dtype):
+    """dq, dk, dv of sum(o * do) by autograd: dtype float64 (the reference)
+    or None (the same-precision eager form on the 16-bit inputs)."""
+    xs = [t.detach().clone().to(dtype if dtype else t.dtype).requires_grad_() for t in (q, k, v)]
+    o, _ = gc.attention_ref(*xs, scale, mask_fn, score_fn, dtype)
+    (o * do.double()).sum().backward()
+    return [x.grad for x in xs]
+
+
+def run_case(rep, mod, name, label, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, score_fn, extra=()):
+    g = torch.Generator(device="cuda").manual_seed(hash((label, NQ, NK, D)) & 0xffffffff)
+    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
+    k = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
+    v = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
+    do = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
+    o, lse = mod.run(name, q, k, v, *extra)
+    outs = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    mod.run(name + ".backward", q, k, v, *extra, o, lse, do, out=outs)
+    torch.cuda.synchronize()
+    ref = grads(q, k, v, do, scale, mask_fn, score_fn, torch.float64)
+    same = grads(q, k, v, do, scale, mask_fn, score_fn, None)
+    shape = f"B{B} H{H}/{HKV} N{NQ}x{NK} D{D}"
+    ok = True
+    for gname, got, want, base in zip(("dq", "dk", "dv"), outs, ref, same):
+        pt = gc.max_err(base, want)
+        bound = 3 * pt + 1e-5 + (gc.fp16acc_slack(max(NQ, NK, D)) if acc == "f16" else 0)
+        ok &= rep.add(f"{label} {gname}", shape, gc.max_err(got, want), pt, bound, f"acc {acc}")
+    return ok
+
+
+def cases(rep, tmp, quick, small=False):
+    if small:   # under compute-sanitizer: one small causal GQA case per head dim
+        for D in (64, 128):
+            name = f"bwd_small_d{D}"
+            path = os.path.join(tmp, name + ".attn")
+            with open(path, "w") as f:
+                f.write(gc.attention_src(name, 4, 2, D, "f32", "j <= i", None, True))
+            mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
+            run_case(rep, mod, name, f"small d{D}", 1, 4, 2, 70, 93, D, "f32", D ** -0.5, gc.causal, None)
+        return
+    pairs = [(113, 203), (128, 217), (108, 256), (256, 512), (512, 256), (1, 1), (239, 1), (1023, 1024)]
+    if quick:
+        pairs = pairs[:4] + [(1023, 1024)]
+    for D in (64, 128):
+        for acc in gc.accs():
+            for causal in (False, True):
+                for H, HKV in ((4, 4), (8, 2)):
+                    name = f"bwd_d{D}_{acc}_{'c' if causal else 'n'}_{H}_{HKV}"
+                    src = gc.attention_src(name, H, HKV, D, acc, "j <= i" if causal else None, None, True)
+                    path = os.path.join(tmp, name + ".attn")
+                    with open(path, "w") as f:
+                        f.write(src)
+                    mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
+                    for NQ, NK in pairs:
+                        run_case(rep, mod, name, f"d{D} {acc} {'causal' if causal else 'full'} gqa{H}/{HKV}",
+                                 1 if NQ * NK > 100000 else 2, H, HKV, NQ, NK, D, acc, D ** -0.5,
+                                 gc.causal if causal else None, None)
+    # softcap (Gemma's tanh cap), causal: the hook's derivative
+    name = "bwd_softcap"
+    src = gc.attention_src(name, 4, 4, 128, "f32", "j <= i", "30 * tanh(s / 30)", True)
+    path = os.path.join(tmp, name + ".attn")
+    with open(path, "w") as f:
+        f.write(src)
+    mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
+    for NQ, NK in ((113, 203), (1023, 1024)):
+        run_case(rep, mod, name, "softcap 30 causal", 2, 4, 4, NQ, NK, 128, "f32", 128 ** -0.5, gc.causal,
+                 lambda s, b, h, i, j: 30 * torch.tanh(s / 30))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kit", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--arch", default="sm_80", choices=["sm_70", "sm_80", "sm_90a"])
+    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    ap.add_argument("--small", action="store_true", help="two small cases (for compute-sanitizer)")
+    args = ap.parse_args()
+    os.environ["ATTNC"] = os.path.join(os.path.abspath(args.kit), "attnc")
+    os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
+    gc.ARCH = args.arch
+    gc.DT = torch.float16 if args.dtype == "f16" else torch.bfloat16
+    gc.DTN = args.dtype
+    gc.F16ACC = args.dtype == "f16" and args.arch != "sm_90a"
+    os.makedirs(args.out, exist_ok=True)
+    tag = "-small" if args.small else ""
+    with open(os.path.join(args.out, f"backward-{args.arch}-{args.dtype}{tag}.log"), "w") as log, \
+            tempfile.TemporaryDirectory() as tmp:
+        rep = gc.Report(log)
+        cases(rep, tmp, args.quick, args.small)
+        failed = [r for r in rep.rows if not r[5]]
+        line = f"backward {args.arch} {args.dtype}: {len(rep.rows)} checks, {len(failed)} failed"
+        print(line)
+        log.write(line + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
