@@ -71,7 +71,7 @@ def main():
         ys = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         o16, _ = gc.attention_ref(*ys, 1 / 8, gc.causal, score, None)
         (o16 * do.double()).sum().backward()
-        rep.add("autograd o", f"N{N}", gc.max_err(o, o64), gc.max_err(o16, o64), 2 * gc.max_err(o16, o64) + 1e-5)
+        rep.add("autograd o", f"N{N}", gc.max_err(o.detach(), o64), gc.max_err(o16, o64), 2 * gc.max_err(o16, o64) + 1e-5)
         for nm, x, x64, x16 in zip(("dq", "dk", "dv"), (q, k, v), xs, ys):
             pt = gc.max_err(x16.grad, x64.grad)
             rep.add(f"autograd {nm}", f"N{N}", gc.max_err(x.grad, x64.grad), pt, 3 * pt + 1e-5)

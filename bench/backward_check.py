@@ -87,6 +87,26 @@ def cases(rep, tmp, quick, small=False):
                         run_case(rep, mod, name, f"d{D} {acc} {'causal' if causal else 'full'} gqa{H}/{HKV}",
                                  1 if NQ * NK > 100000 else 2, H, HKV, NQ, NK, D, acc, D ** -0.5,
                                  gc.causal if causal else None, None)
+    # deterministic: dq without atomics, the same bits on every run
+    for D in (64, 128):
+        name = f"bwd_det_d{D}"
+        src = gc.attention_src(name, 8, 2, D, "f32", "j <= i", None, True) + \
+            f"schedule {name} for {gc.ARCH} {{ deterministic; }}\n"
+        path = os.path.join(tmp, name + ".attn")
+        with open(path, "w") as f:
+            f.write(src)
+        mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
+        for NQ, NK in ((113, 203), (1023, 1024)):
+            run_case(rep, mod, name, f"deterministic d{D} causal gqa8/2", 2, 8, 2, NQ, NK, D, "f32", D ** -0.5,
+                     gc.causal, None)
+            g = torch.Generator(device="cuda").manual_seed(7)
+            q = (torch.rand(2, 8, NQ, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
+            k, v = ((torch.rand(2, 2, NK, D, device="cuda", generator=g) * 2 - 1).to(gc.DT) for _ in range(2))
+            do = torch.rand_like(q)
+            o, lse = mod.run(name, q, k, v)
+            runs = [mod.run(name + ".backward", q, k, v, o, lse, do) for _ in range(5)]
+            same = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(r, runs[0]))
+            rep.expect(f"deterministic d{D} {NQ}x{NK}: 5 runs bit-identical", same, "dq, dk, dv")
     # softcap (Gemma's tanh cap), causal: the hook's derivative
     name = "bwd_softcap"
     src = gc.attention_src(name, 4, 4, 128, "f32", "j <= i", "30 * tanh(s / 30)", True)

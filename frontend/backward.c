@@ -377,6 +377,9 @@ static Op *derive_block(Arena *a, Diag *d, Op *fwd) {
     op_set_attr(a, func, "forward", attr_str(a, name));
     op_set_attr(a, func, "inputs", all);
     op_set_attr(a, func, "outputs", attr_array(a, 3, out_names));
+    Attr *schedule = op_attr(fwd, "schedule");   /* its hints (deterministic) are the backward's too */
+    if (schedule)
+        op_set_attr(a, func, "schedule", schedule);
     return func;
 }
 

@@ -282,8 +282,15 @@ directives:
   | directives directive { $$ = $1; if ($2) vec_push(ctx->arena, &$$, $2); }
   ;
 
-/* NAME '(' INT (',' INT)* ')' ';' */
+/* NAME '(' INT (',' INT)* ')' ';'  |  NAME ';' (a switch: deterministic) */
 directive:
+    IDENT ';' {
+        $$ = NEW(ctx->arena, Directive);
+        $$->name = $1; $$->loc = @1; $$->nargs = 0;
+        $$->args = NEW_ARRAY(ctx->arena, int64_t, 1);
+        $$->arg_locs = NEW_ARRAY(ctx->arena, Loc, 1);
+    }
+  |
     IDENT '(' ints ')' ';' {
         $$ = NEW(ctx->arena, Directive);
         $$->name = $1; $$->loc = @1; $$->nargs = $3.len;

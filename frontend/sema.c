@@ -1399,6 +1399,13 @@ static void lower_schedule(Sema *s, const Item *it) {
             want = 1; lo = 1; hi = 8; multiple = 1;
         } else if (strcmp(dr->name, "warps") == 0) {
             want = 1; lo = 1; hi = 16; multiple = 1;
+        } else if (strcmp(dr->name, "deterministic") == 0) {   /* the backward's dQ without atomics */
+            want = 0; lo = 0; hi = 0; multiple = 1;
+            if (mlp) {
+                diag_error(s->d, s->src, dr->loc, "'deterministic' is a schedule directive of attention blocks "
+                           "(it makes their backward's dq the same bits on every run)");
+                continue;
+            }
         } else if (strcmp(dr->name, "producer") == 0 || strcmp(dr->name, "pingpong") == 0) {   /* sm_90a: 1 on, 0 off */
             want = 1; lo = 0; hi = 1; multiple = 1;
             if (strcmp(it->target, "sm_90a") != 0) {
@@ -1408,7 +1415,7 @@ static void lower_schedule(Sema *s, const Item *it) {
             }
         } else {
             diag_error(s->d, s->src, dr->loc, "unknown schedule directive '%s'", dr->name);
-            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, producer and pingpong");
+            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, producer, pingpong and deterministic");
             continue;
         }
         if (attrs_get(sched->entries, sched->n, dr->name)) {
@@ -1448,7 +1455,7 @@ static void lower_schedule(Sema *s, const Item *it) {
         }
         if (ok)
             attrs_set(s->a, &sched->entries, &sched->n, dr->name,
-                      want == 1 ? vals[0] : attr_array(s->a, want, vals));
+                      want == 0 ? attr_bool(s->a, true) : want == 1 ? vals[0] : attr_array(s->a, want, vals));
     }
     attrs_set(s->a, &all->entries, &all->n, it->target, sched);
     op_set_attr(s->a, func, "schedule", all);

@@ -412,7 +412,8 @@ typedef struct Segment {
     bool masked;
 } Segment;
 
-static int key_segments(Builder *b, const Op *att, Value *r0, int64_t BM, int64_t BN, Value *nk, Segment *seg) {
+static int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t BM, int64_t BN, Value *nk,
+                        Segment *seg) {
     Attr *band = op_attr(att, "band");
     Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
     Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
@@ -433,7 +434,7 @@ static int key_segments(Builder *b, const Op *att, Value *r0, int64_t BM, int64_
     Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
     /* without a mask only Nk bounds the keys: every tile but the last is
      * whole and needs no masking */
-    bool unmasked = att->regions[1].nblocks == 0;
+    bool unmasked = att->regions[mask_region].nblocks == 0;
     if (!unmasked && (!exact || !exact->i)) {
         seg[0] = (Segment){start, end, true};
         return 1;
@@ -506,7 +507,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     t.nk = b_dim(&b, kt->dims[2]);
     Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
-    int nseg = key_segments(&b, att, t.r0, t.BM, t.BN, t.nk, seg);
+    int nseg = key_segments(&b, att, 1, t.r0, t.BM, t.BN, t.nk, seg);
     const int rows_cols[2] = {2, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
     t.q = load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
@@ -615,8 +616,92 @@ static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
     return type_shaped(a, TY_TENSOR, k, 4, d);
 }
 
+/* The deterministic dQ kernel (schedule `deterministic;`): a program per BM
+ * query rows of one (batch, head), which recomputes P and dP over the key
+ * tiles its rows can see (the forward's key segments) and sums dS·K in its
+ * own registers, in a fixed order: no atomics, the same bits every run
+ * (Triton's and FlexAttention's plan: two more products than the atomics). */
+static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Value *delta_in, PtrVec *side, int64_t BM,
+                     int64_t BN) {
+    Arena *a = ctx->arena;
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
+    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
+    double scale = op_attr(op, "scale")->f;
+    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1};
+    int nin = 6 + side->len;
+    Value **inputs = NEW_ARRAY(a, Value *, nin), **args;
+    Value *in6[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5], delta_in};
+    memcpy(inputs, in6, sizeof in6);
+    for (int i = 0; i < side->len; i++)
+        inputs[6 + i] = side->items[i];
+    Type *dq_t = (Type *)qt;
+    Op *l = make_launch(outer, op->loc, grid, nin, inputs, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
+    Builder b = {a, l->regions[0].blocks[0], NULL, op->loc};
+    Map memrefs;
+    map_init(&memrefs, false);
+    for (int i = 0; i < side->len; i++)
+        map_put(a, &memrefs, side->items[i], args[9 + i]);
+    Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]), *zero = b_index(&b, 0);
+    Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
+    Value *kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
+    Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
+    Value *qi[4] = {bi, h, r0, zero}, *li[3] = {bi, h, r0};
+    Value *q = load(&b, args[3], qi, rows_cols, b_tile_type(&b, dt, BM, D), 0);
+    Value *dout = load(&b, args[7], qi, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+    Value *lse = load(&b, args[6], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
+    lse = b_select(&b, b_cmp(&b, "eq", lse, b_float(&b, F, -INFINITY)), b_float(&b, F, 0), lse);
+    Value *delta = load(&b, args[8], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
+    Value *i = b_bin(&b, OP_ADD, b_iota(&b, 0, BM, 1), r0), *nk = b_dim(&b, kt->dims[2]);
+    Segment seg[3];
+    int nseg = key_segments(&b, op, 2, r0, BM, BN, nk, seg);
+    Value *dq = b_splat(&b, b_float(&b, acc, 0), BM, D), *full32 = b_splat(&b, b_float(&b, F, 0), BM, BN);
+    for (int k = 0; k < nseg; k++) {
+        Builder body;
+        Value *j0, **c;
+        Op *loop = new_for(&b, seg[k].start, seg[k].end, b_index(&b, BN), 1, &dq, &body, &j0, &c);
+        Value *ki[4] = {bi, kh, j0, b_index(&body, 0)};
+        Value *ktile = load(&body, args[4], ki, rows_cols, b_tile_type(&body, dt, BN, D), 0);
+        Value *vtile = load(&body, args[5], ki, rows_cols, b_tile_type(&body, dt, BN, DV), 0);
+        Value *j = b_bin(&body, OP_ADD, b_iota(&body, 1, 1, BN), j0);
+        Value *kT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, D, BN), 1, &ktile);
+        Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
+        Value *st = b_bin(&body, OP_MUL, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops),
+                          b_float(&body, acc, scale));
+        Value *pre = st;
+        if (op->regions[0].nblocks) {
+            Value *hargs[5] = {b_cast(&body, st, F), bi, h, i, j};
+            st = b_cast(&body, b_bin(&body, OP_ADD, vectorise(&body, op->regions[0].blocks[0], hargs, &memrefs), full32), acc);
+        }
+        if (seg[k].masked) {
+            Value *valid = b_cmp(&body, "lt", j, nk);
+            if (op->regions[2].nblocks) {
+                Value *margs[4] = {bi, h, i, j};
+                valid = b_bin(&body, OP_AND, valid, vectorise(&body, op->regions[2].blocks[0], margs, &memrefs));
+            }
+            st = b_select(&body, valid, st, b_float(&body, acc, -INFINITY));
+        }
+        Value *p = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, b_cast(&body, st, F), lse));
+        Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
+        Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
+        Value *dp = b_cast(&body, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, dp_ops), F);
+        Value *ds = b_bin(&body, OP_MUL, p, b_bin(&body, OP_SUB, dp, delta));
+        if (op->regions[1].nblocks) {
+            Value *hargs[5] = {b_cast(&body, pre, F), bi, h, i, j};
+            ds = b_bin(&body, OP_MUL, ds, b_bin(&body, OP_ADD, vectorise(&body, op->regions[1].blocks[0], hargs, &memrefs), full32));
+        }
+        Value *dq_ops[3] = {b_cast(&body, ds, dt), ktile, c[0]};
+        Value *next = b_emit(&body, OP_DOT, c[0]->type, 3, dq_ops);
+        yield(&body, 1, &next);
+        dq = loop->results[0];
+    }
+    store(&b, args[3 + nin], b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, dq, F), b_float(&b, F, scale)), dt), qi, rows_cols);
+    yield(&b, 0, NULL);
+    return l;
+}
+
 static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
-    (void)func;
+    bool deterministic = schedule_directive(func, ctx->arch, "deterministic") != NULL;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     if (qt->dims[3].sym || vt->dims[3].sym)
         return true;   /* symbolic head dims: the frontend never makes these */
@@ -662,15 +747,17 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     for (int i = 0; i < side.len; i++)
         inputs[6 + i] = side.items[i];
     Type *main_t[3] = {(Type *)kt, (Type *)vt, tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
+    int nmain = deterministic ? 2 : 3;   /* dk, dv [, the dQ accumulator] */
     Value *kgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nk), BN), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hk)),
                        b_index(&outer, 1)};
-    Op *mainl = make_launch(&outer, op->loc, kgrid, nin, inputs, 3, main_t,
+    Op *mainl = make_launch(&outer, op->loc, kgrid, nin, inputs, nmain, main_t,
                             (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"}, &args);
-    op_set_attr(a, mainl, "zeroed", attr_array(a, 1, (Attr *[]){attr_int(a, 2)}));
+    if (!deterministic)
+        op_set_attr(a, mainl, "zeroed", attr_array(a, 1, (Attr *[]){attr_int(a, 2)}));
     {
         Builder b = {a, mainl->regions[0].blocks[0], NULL, op->loc};
         Value *Q = args[3], *K = args[4], *V = args[5], *LSE = args[6], *DO = args[7], *DELTA = args[8];
-        Value *DK = args[3 + nin], *DV_ = args[4 + nin], *DQ = args[5 + nin];
+        Value *DK = args[3 + nin], *DV_ = args[4 + nin], *DQ = deterministic ? NULL : args[5 + nin];
         Map memrefs;
         map_init(&memrefs, false);
         for (int i = 0; i < side.len; i++)
@@ -730,14 +817,16 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         Value *dsc = b_cast(&mb, ds, dt);
         Value *dk_ops[3] = {dsc, q, mc[0]};
         Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
-        Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
-        Value *dq_ops[3] = {dsT, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
-        Value *dq = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops), F);
-        Value *aops[6] = {DQ, dq, bi, h, m0, b_index(&mb, 0)};
-        Op *add = op_create(a, OP_ATOMIC_ADD, 6, aops, 0, NULL, 0);
-        add->loc = op->loc;
-        op_set_attr(a, add, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 2), attr_int(a, 3)}));
-        block_append(mb.blk, add);
+        if (!deterministic) {
+            Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
+            Value *dq_ops[3] = {dsT, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
+            Value *dq = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops), F);
+            Value *aops[6] = {DQ, dq, bi, h, m0, b_index(&mb, 0)};
+            Op *add = op_create(a, OP_ATOMIC_ADD, 6, aops, 0, NULL, 0);
+            add->loc = op->loc;
+            op_set_attr(a, add, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 2), attr_int(a, 3)}));
+            block_append(mb.blk, add);
+        }
         Value *next[2] = {dk, dv};
         yield(&mb, 2, next);
         Value *gnext[2] = {ml->results[0], ml->results[1]};
@@ -748,11 +837,21 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         yield(&b, 0, NULL);
     }
     block_append(&tmp, mainl);
+    Op *post;
+    if (deterministic) {
+        /* 16-bit Q and dO tiles, and K and V tiles per key segment (up to
+         * three loops): 32 keys where 64 would not fit (sm_70 at head dim 128) */
+        int64_t smem = 2 * (BM * (D + DV) + 3 * BN * (D + DV));
+        int64_t dq_bn = smem > target_lookup(ctx->arch)->smem_limit ? BN / 2 : BN;
+        post = dq_kernel(ctx, &outer, op, qgrid, pre->results[0], &side, BM, dq_bn);
+        block_append(&tmp, post);
+        goto placed;
+    }
 
     /* postprocess: dq = scale · dQacc */
     Value *post_in[1] = {mainl->results[2]};
     Type *dq_t = (Type *)qt;
-    Op *post = make_launch(&outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
+    post = make_launch(&outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
     {
         Builder b = {a, post->regions[0].blocks[0], NULL, op->loc};
         Value *H = b_dim(&b, Hq), *zero = b_index(&b, 0);
@@ -764,6 +863,7 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         yield(&b, 0, NULL);
     }
     block_append(&tmp, post);
+placed:
     for (Op *o = tmp.first, *next_op; o; o = next_op) {
         next_op = o->next;
         op_insert_before(op, o);

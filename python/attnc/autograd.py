@@ -63,7 +63,7 @@ def make_function(module, block):
     def backward(ctx, do, dlse):
         q, k, v, o, lse, *side = ctx.saved_tensors
         dq, dk, dv = backward_op(q, k, v, list(side), o, lse, do.to(o.dtype))
-        return dq, dk, dv, None
+        return dq, dk, dv, [None] * len(side)
 
     forward.register_autograd(backward, setup_context=setup_context)
 
