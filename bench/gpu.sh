@@ -2,7 +2,8 @@
 # gpu.sh — every GPU check in one go (the device tool runs it with gpu-kit/
 # carried; bench/gpu_kit.sh makes the kit): numerics of every case against
 # float64 PyTorch for each target (sm_70 f16, sm_80 and sm_90a f16 and
-# bf16), examples/embed, the SASS of the sm_80 and sm_90a kernels,
+# bf16), the backward's gradients (bench/backward_check.py), autograd and
+# the training run (sm_80), examples/embed, the SASS of the sm_80 and sm_90a kernels,
 # compute-sanitizer memcheck, racecheck and synccheck, then the benchmark (sm_80 and
 # sm_90a). Logs under $OUT (or ./out).
 #
@@ -43,6 +44,24 @@ checks() {   # arch dtype
 if has sm_70; then checks sm_70 f16; fi
 if has sm_80; then checks sm_80 f16; checks sm_80 bf16; fi
 if has sm_90a; then checks sm_90a f16; checks sm_90a bf16; fi
+
+backward() {   # arch dtype: the backward's gradients against float64 autograd (doc/backward.md)
+  step "backward $1 $2"
+  python3 bench/backward_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" $quick > "$OUT/backward-$1-$2.txt" 2>&1 ||
+    status=1
+  grep -E "^FAIL" "$OUT/backward-$1-$2.txt" | head -20
+  note "backward $1 $2: $(grep -E 'checks,' "$OUT/backward-$1-$2.txt" | tail -1)"
+}
+if has sm_70; then backward sm_70 f16; fi
+if has sm_80; then backward sm_80 f16; backward sm_80 bf16; fi
+if has sm_90a; then backward sm_90a f16; fi
+if has sm_80; then
+  step "autograd, custom op, torch.compile; a small GPT trained with attnc and with SDPA"
+  python3 bench/autograd_check.py --kit $KIT --out "$OUT" > "$OUT/autograd.txt" 2>&1 || status=1
+  note "autograd: $(tail -1 "$OUT/autograd.txt")"
+  python3 bench/train_gpt.py --kit $KIT --out "$OUT/train" > "$OUT/train.txt" 2>&1 || status=1
+  note "$(tail -1 "$OUT/train.txt")"
+fi
 
 step "embed (C, libattnrt only)"
 for arch in $archs; do
@@ -96,6 +115,14 @@ if [ $bench = 1 ]; then
       > "$OUT/bench-$arch.log" 2>&1 || status=1
     tail -30 "$OUT/bench-$arch.log"
   done
+  bw_archs=""
+  for arch in $archs; do [ $arch = sm_70 ] || bw_archs="$bw_archs --arch $arch"; done
+  if [ -n "$bw_archs" ]; then
+    step "backward benchmark ($bw_archs against SDPA flash / cuDNN backward)"
+    python3 bench/backward_bench.py --kit $KIT --out "$OUT/bench-backward" $bw_archs $quick > "$OUT/bench-backward.log" 2>&1 ||
+      status=1
+    tail -20 "$OUT/bench-backward.log"
+  fi
 fi
 echo
 echo "$summary"
@@ -103,6 +130,6 @@ echo "status $status"
 if [ $pack = 1 ]; then
   cp $san/*.log "$OUT/" 2>/dev/null
   (cd "$OUT" && tar czf /tmp/gpu-results.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu-results.tgz . &&
-   tar xzf gpu-results.tgz ./bench-sm_80/bench.md ./bench-sm_90a/bench.md 2>/dev/null)
+   tar xzf gpu-results.tgz ./bench-sm_80/bench.md ./bench-sm_90a/bench.md ./bench-backward/backward-bench.md 2>/dev/null)
 fi
 exit $status
