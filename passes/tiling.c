@@ -770,14 +770,20 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         Value *vtile = load(&b, V, ki, rows_cols, b_tile_type(&b, dt, BN, DV), 0);
         Value *j = b_bin(&b, OP_ADD, b_iota(&b, 0, BN, 1), j0);   /* keys down the rows */
         Value *nq = b_dim(&b, Nq), *nk = b_dim(&b, Nk), *fzero = b_float(&b, acc, 0);
-        Value *init[2] = {b_splat(&b, fzero, BN, D), b_splat(&b, fzero, BN, DV)};
+        /* dK and dV: with an f16 accumulator, each query head's sum is its
+         * own (in f16, as the unfused matmul's) and the group's heads are
+         * added in f32, as attn.sum_heads does; with f32, one accumulator */
+        bool per_head = acc == SK_F16;
+        Value *f32zero = b_float(&b, F, 0);
+        Value *init[2] = {b_splat(&b, per_head ? f32zero : fzero, BN, D), b_splat(&b, per_head ? f32zero : fzero, BN, DV)};
         Builder gb, mb;
         Value *g, *m0, **gc, **mc;
         Op *gl = new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
         Value *h = b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
         Value *m_start, *m_end;
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
-        Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, gc, &mb, &m0, &mc);
+        Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
+        Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
         Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
         Value *q = load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
         Value *dout = load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
@@ -830,6 +836,9 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         Value *next[2] = {dk, dv};
         yield(&mb, 2, next);
         Value *gnext[2] = {ml->results[0], ml->results[1]};
+        if (per_head)
+            for (int x = 0; x < 2; x++)
+                gnext[x] = b_bin(&gb, OP_ADD, gc[x], b_cast(&gb, gnext[x], F));
         yield(&gb, 2, gnext);
         Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, gl->results[0], F), b_float(&b, F, scale)), dt);
         store(&b, DK, dkf, ki, rows_cols);
