@@ -582,6 +582,32 @@ static bool eval_scalar_op(Interp *in, const Op *op) {
 /* ---- fused ops: the same arithmetic, in the same order, as the ops they
  * replace, so that fusion keeps results bit for bit in emulation ---------- */
 
+/* A score after the hooks, as attn.score_mod and attn.mask give it: the
+ * score hook on the f32 score `x` (rounded back to acc), then -inf where the
+ * mask hides it. NULL plans: no such hook. False on a run-time error. */
+static bool hooked_score(Interp *in, Plan *score, Plan *mask, ScalarKind acc, double x, int64_t b, int64_t h,
+                         int64_t i, int64_t j, double *out) {
+    if (score) {
+        score->slots[0] = store(in, SK_F32, x);
+        score->slots[1] = (double)b, score->slots[2] = (double)h;
+        score->slots[3] = (double)i, score->slots[4] = (double)j;
+        if (!run_plan(in, score, &x))
+            return false;
+        x = store(in, acc, x);
+    }
+    if (mask) {
+        double keep;
+        mask->slots[0] = (double)b, mask->slots[1] = (double)h;
+        mask->slots[2] = (double)i, mask->slots[3] = (double)j;
+        if (!run_plan(in, mask, &keep))
+            return false;
+        if (keep == 0)
+            x = -INFINITY;
+    }
+    *out = x;
+    return true;
+}
+
 /* attn.attention: per (b, h, i), the score row in `acc`, the hooks, the
  * softmax, P rounded to q's type, P·V in `acc`; lse from the masked row. */
 static bool eval_attention(Interp *in, const Op *op) {
@@ -620,24 +646,10 @@ static bool eval_attention(Interp *in, const Op *op) {
                     double sum = 0;
                     for (int64_t d = 0; d < D; d++)
                         sum = store(in, acc, sum + Q[i * D + d] * K[j * D + d]);
-                    double x = store(in, acc, sum * scale);
-                    if (has_score) {
-                        score.slots[0] = store(in, SK_F32, x);
-                        score.slots[1] = (double)b, score.slots[2] = (double)h;
-                        score.slots[3] = (double)i, score.slots[4] = (double)j;
-                        if (!run_plan(in, &score, &x))
-                            return false;
-                        x = store(in, acc, x);
-                    }
-                    if (has_mask) {
-                        double keep;
-                        mask.slots[0] = (double)b, mask.slots[1] = (double)h;
-                        mask.slots[2] = (double)i, mask.slots[3] = (double)j;
-                        if (!run_plan(in, &mask, &keep))
-                            return false;
-                        if (keep == 0)
-                            x = -INFINITY;
-                    }
+                    double x;
+                    if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, acc,
+                                      store(in, acc, sum * scale), b, h, i, j, &x))
+                        return false;
                     s[j] = x;
                     m = nan_max(m, x);
                 }
@@ -717,26 +729,15 @@ static bool eval_attention_backward(Interp *in, const Op *op) {
                         for (int64_t d = 0; d < DV; d++)
                             dp = store(in, acc, dp + dO[i * DV + d] * V[j * DV + d]);
                         dp = store(in, F, dp);
-                        double pre = store(in, acc, sum * scale), x = pre, g = 1;
-                        if (has_score) {
-                            double args[5] = {store(in, F, pre), (double)b, (double)h, (double)i, (double)j};
-                            memcpy(score.slots, args, sizeof args);
-                            if (!run_plan(in, &score, &x))
-                                return false;
-                            x = store(in, acc, x);
-                            memcpy(grad.slots, args, sizeof args);
+                        double pre = store(in, acc, sum * scale), x, g = 1;
+                        if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, acc, pre, b, h,
+                                          i, j, &x))
+                            return false;
+                        if (has_score) {   /* the derivative, at the same arguments */
+                            memcpy(grad.slots, score.slots, sizeof(double) * 5);
                             if (!run_plan(in, &grad, &g))
                                 return false;
                             g = store(in, F, g);
-                        }
-                        if (has_mask) {
-                            double keep;
-                            mask.slots[0] = (double)b, mask.slots[1] = (double)h;
-                            mask.slots[2] = (double)i, mask.slots[3] = (double)j;
-                            if (!run_plan(in, &mask, &keep))
-                                return false;
-                            if (keep == 0)
-                                x = -INFINITY;
                         }
                         double p = store(in, F, exp(store(in, F, store(in, F, x) - lz)));
                         double ds = store(in, F, p * store(in, F, dp - delta));

@@ -616,6 +616,52 @@ static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
     return type_shaped(a, TY_TENSOR, k, 4, d);
 }
 
+/* One score tile of the backward, in either orientation (i and j are index
+ * tiles along the tile's query and key axes): from the scaled scores `s`
+ * (in acc), the score hook, then the tile's bounds (j < nk, and i < nq when
+ * nq is given; nk NULL: an interior tile, no mask) and the mask hiding
+ * scores; P = exp(S' − lse). dS is made
+ * by backward_ds once dP is known. `zeros` (an f32 tile of 0 of the tile's
+ * shape) broadcasts what a hook yields to the full tile. */
+typedef struct BwdScores {
+    Value *pre, *p;   /* the scores before the hook (for its derivative); P in f32 */
+} BwdScores;
+
+static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Value *bi, Value *h, Value *i,
+                            Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
+    ScalarKind acc = s->type->elem;
+    BwdScores r = {s, NULL};
+    if (op->regions[0].nblocks) {
+        Value *hargs[5] = {b_cast(b, s, SK_F32), bi, h, i, j};
+        s = b_cast(b, b_bin(b, OP_ADD, vectorise(b, op->regions[0].blocks[0], hargs, memrefs), zeros), acc);
+    }
+    Value *valid = NULL;
+    if (nk) {
+        valid = b_cmp(b, "lt", j, nk);
+        if (nq)
+            valid = b_bin(b, OP_AND, valid, b_cmp(b, "lt", i, nq));
+    }
+    if (valid && op->regions[2].nblocks) {
+        Value *margs[4] = {bi, h, i, j};
+        valid = b_bin(b, OP_AND, valid, vectorise(b, op->regions[2].blocks[0], margs, memrefs));
+    }
+    if (valid)
+        s = b_select(b, valid, s, b_float(b, acc, -INFINITY));
+    r.p = b_unary(b, OP_EXP, b_bin(b, OP_SUB, b_cast(b, s, SK_F32), lse));
+    return r;
+}
+
+/* dS = P ∘ (dP − D) ∘ score'(S before the hook), in f32. */
+static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, Value *dp, Value *delta, Value *bi,
+                          Value *h, Value *i, Value *j, Value *zeros) {
+    Value *ds = b_bin(b, OP_MUL, sc.p, b_bin(b, OP_SUB, dp, delta));
+    if (op->regions[1].nblocks) {
+        Value *hargs[5] = {b_cast(b, sc.pre, SK_F32), bi, h, i, j};
+        ds = b_bin(b, OP_MUL, ds, b_bin(b, OP_ADD, vectorise(b, op->regions[1].blocks[0], hargs, memrefs), zeros));
+    }
+    return ds;
+}
+
 /* The deterministic dQ kernel (schedule `deterministic;`): a program per BM
  * query rows of one (batch, head), which recomputes P and dP over the key
  * tiles its rows can see (the forward's key segments) and sums dS·K in its
@@ -655,7 +701,7 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
     Value *i = b_bin(&b, OP_ADD, b_iota(&b, 0, BM, 1), r0), *nk = b_dim(&b, kt->dims[2]);
     Segment seg[3];
     int nseg = key_segments(&b, op, 2, r0, BM, BN, nk, seg);
-    Value *dq = b_splat(&b, b_float(&b, acc, 0), BM, D), *full32 = b_splat(&b, b_float(&b, F, 0), BM, BN);
+    Value *dq = b_splat(&b, b_float(&b, acc, 0), BM, D), *zeros = b_splat(&b, b_float(&b, F, 0), BM, BN);
     for (int k = 0; k < nseg; k++) {
         Builder body;
         Value *j0, **c;
@@ -668,28 +714,11 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *st = b_bin(&body, OP_MUL, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops),
                           b_float(&body, acc, scale));
-        Value *pre = st;
-        if (op->regions[0].nblocks) {
-            Value *hargs[5] = {b_cast(&body, st, F), bi, h, i, j};
-            st = b_cast(&body, b_bin(&body, OP_ADD, vectorise(&body, op->regions[0].blocks[0], hargs, &memrefs), full32), acc);
-        }
-        if (seg[k].masked) {
-            Value *valid = b_cmp(&body, "lt", j, nk);
-            if (op->regions[2].nblocks) {
-                Value *margs[4] = {bi, h, i, j};
-                valid = b_bin(&body, OP_AND, valid, vectorise(&body, op->regions[2].blocks[0], margs, &memrefs));
-            }
-            st = b_select(&body, valid, st, b_float(&body, acc, -INFINITY));
-        }
-        Value *p = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, b_cast(&body, st, F), lse));
+        BwdScores sc = backward_p(&body, op, &memrefs, st, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse, zeros);
         Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
         Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *dp = b_cast(&body, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, dp_ops), F);
-        Value *ds = b_bin(&body, OP_MUL, p, b_bin(&body, OP_SUB, dp, delta));
-        if (op->regions[1].nblocks) {
-            Value *hargs[5] = {b_cast(&body, pre, F), bi, h, i, j};
-            ds = b_bin(&body, OP_MUL, ds, b_bin(&body, OP_ADD, vectorise(&body, op->regions[1].blocks[0], hargs, &memrefs), full32));
-        }
+        Value *ds = backward_ds(&body, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
         Value *dq_ops[3] = {b_cast(&body, ds, dt), ktile, c[0]};
         Value *next = b_emit(&body, OP_DOT, c[0]->type, 3, dq_ops);
         yield(&body, 1, &next);
@@ -797,29 +826,16 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *st = b_bin(&mb, OP_MUL, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops),
                           b_float(&mb, acc, scale));
-        Value *pre_hook = st, *full32 = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
-        if (op->regions[0].nblocks) {
-            Value *hargs[5] = {b_cast(&mb, st, F), bi, h, i, j};
-            st = b_cast(&mb, b_bin(&mb, OP_ADD, vectorise(&mb, op->regions[0].blocks[0], hargs, &memrefs), full32), acc);
-        }
-        Value *valid = b_bin(&mb, OP_AND, b_cmp(&mb, "lt", j, nk), b_cmp(&mb, "lt", i, nq));
-        if (op->regions[2].nblocks) {
-            Value *margs[4] = {bi, h, i, j};
-            valid = b_bin(&mb, OP_AND, valid, vectorise(&mb, op->regions[2].blocks[0], margs, &memrefs));
-        }
-        st = b_select(&mb, valid, st, b_float(&mb, acc, -INFINITY));
-        Value *p = b_unary(&mb, OP_EXP, b_bin(&mb, OP_SUB, b_cast(&mb, st, F), lse));
+        Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
+        BwdScores sc = backward_p(&mb, op, &memrefs, st, bi, h, i, j, nk, nq, lse, zeros);
+        Value *p = sc.p;
         Value *pc = b_cast(&mb, p, dt);
         Value *dv_ops[3] = {pc, dout, mc[1]};
         Value *dv = b_emit(&mb, OP_DOT, mc[1]->type, 3, dv_ops);
         Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
         Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
-        Value *ds = b_bin(&mb, OP_MUL, p, b_bin(&mb, OP_SUB, dp, delta));
-        if (op->regions[1].nblocks) {
-            Value *hargs[5] = {b_cast(&mb, pre_hook, F), bi, h, i, j};
-            ds = b_bin(&mb, OP_MUL, ds, b_bin(&mb, OP_ADD, vectorise(&mb, op->regions[1].blocks[0], hargs, &memrefs), full32));
-        }
+        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
         Value *dsc = b_cast(&mb, ds, dt);
         Value *dk_ops[3] = {dsc, q, mc[0]};
         Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
