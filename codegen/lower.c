@@ -172,6 +172,9 @@ static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int6
     if_end(cg, join);
 }
 
+/* tile.store, and tile.atomic_add: each element added into global f32
+ * memory (atomicrmw fadd: red.global.add where the result is unused);
+ * elements outside the memref are skipped. */
 static void emit_store(Cg *cg, const Op *op) {
     Mem *m = as_mem(cg, op, op->operands[0]);
     if (!m)
@@ -181,37 +184,8 @@ static void emit_store(Cg *cg, const Op *op) {
     Dist *d = as_dist(cg, op, op->operands[1]);
     if (cg->failed)
         return;
-    LLVMValueRef own = tile_owner(cg, rows, cols);
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    for (int k = 0; k < n; k++) {
-        bool pair = k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
-                    ps[k + 1].b == ps[k].b;
-        if (cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pair) {
-            store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
-            k++;
-            continue;
-        }
-        LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
-        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
-        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
-        store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
-        if_end(cg, join);
-    }
-}
-
-/* tile.atomic_add: each element added into global memory (red.global.add
- * where the result is unused), out-of-bounds elements skipped. */
-static void emit_atomic_add(Cg *cg, const Op *op) {
-    Mem *m = as_mem(cg, op, op->operands[0]);
-    if (!m)
-        return;
-    const Type *t = op->operands[1]->type;
-    int64_t rows = t->dims[0].size, cols = t->dims[1].size;
-    Dist *d = as_dist(cg, op, op->operands[1]);
-    if (cg->failed)
-        return;
-    if (m->elem != SK_F32 || m->shared) {
+    bool atomic = op->kind == OP_ATOMIC_ADD;
+    if (atomic && (m->elem != SK_F32 || m->shared)) {
         cg_err(cg, op, "tile.atomic_add adds into global f32 memory only", NULL);
         return;
     }
@@ -219,11 +193,21 @@ static void emit_atomic_add(Cg *cg, const Op *op) {
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
+        bool pair = k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
+                    ps[k + 1].b == ps[k].b;
+        if (!atomic && cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pair) {
+            store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
+            k++;
+            continue;
+        }
         LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
-        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, SK_F32);
-        LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpFAdd, gep(cg, SK_F32, m->ptr, off), v,
-                           LLVMAtomicOrderingMonotonic, false);
+        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
+        if (atomic)
+            LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpFAdd, gep(cg, m->elem, m->ptr, off), v,
+                               LLVMAtomicOrderingMonotonic, false);
+        else
+            store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
         if_end(cg, join);
     }
 }
@@ -658,7 +642,7 @@ static void emit_op(Cg *cg, const Op *op) {
     }
     case OP_LOAD: emit_load(cg, op); return;
     case OP_STORE: emit_store(cg, op); return;
-    case OP_ATOMIC_ADD: emit_atomic_add(cg, op); return;
+    case OP_ATOMIC_ADD: emit_store(cg, op); return;
     case OP_GATHER: emit_gather(cg, op); return;
     case OP_SPLAT: case OP_IOTA: emit_splat_iota(cg, op); return;
     case OP_TILE_REDUCE: emit_reduce(cg, op); return;
