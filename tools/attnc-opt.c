@@ -26,6 +26,7 @@ static const char usage[] =
     "                      interpreter (seeded random inputs) and fail if an output\n"
     "                      moved out of tolerance; with -D NAME=VALUE, --seed N, -q\n"
     "                      as for 'attnc run' (report on standard error)\n"
+    "  -backward           (.attn input) also derive each attention block's backward\n"
     "  -print-loc          print each op's source location\n"
     "  -split-input-file   process each '// -----'-separated chunk on its own\n"
     "  -list-passes        list the registered passes\n"
