@@ -264,11 +264,13 @@ static void save_lse(Arena *a, Op *fwd) {
     Value *lse = b_emit(&b, OP_REDUCE, lt, 1, &s32);
     op_set_attr(a, lse->def, "kind", attr_str(a, "logsumexp"));
     Value *rets[2] = {ret->operands[0], lse};
-    Op *nret = b_emit_op(&b, OP_RETURN, 0, NULL, 2, rets);
+    b_emit_op(&b, OP_RETURN, 0, NULL, 2, rets);
     op_unlink(ret);
-    (void)nret;
-    Attr *taken = attr_array(a, outs->n, outs->elems);
-    const char *name = unique_name(a, op_attr(fwd, "inputs"), unique_name(a, taken, "lse"));
+    Attr *ins = op_attr(fwd, "inputs");   /* a name neither an input nor o has */
+    Attr **all = NEW_ARRAY(a, Attr *, ins->n + 1);
+    memcpy(all, ins->elems, sizeof(Attr *) * (size_t)ins->n);
+    all[ins->n] = outs->elems[0];
+    const char *name = unique_name(a, attr_array(a, ins->n + 1, all), "lse");
     lse->name = name;
     Attr *names[2] = {outs->elems[0], attr_str(a, name)};
     op_set_attr(a, fwd, "outputs", attr_array(a, 2, names));
@@ -300,8 +302,7 @@ static Op *derive_block(Arena *a, Diag *d, Op *fwd) {
     Attr *taken = attr_array(a, nin, in_names);
     const char *oname = unique_name(a, taken, fout->elems[0]->s);
     in_names[nin] = attr_str(a, oname);
-    const char *lname = unique_name(a, (taken = attr_array(a, nin + 1, in_names)),
-                                    fout->n > 1 ? fout->elems[1]->s : "lse");
+    const char *lname = unique_name(a, (taken = attr_array(a, nin + 1, in_names)), fout->elems[1]->s);   /* save_lse made it */
     in_names[nin + 1] = attr_str(a, lname);
     const char *doname = unique_name(a, (taken = attr_array(a, nin + 2, in_names)),
                                      arena_printf(a, "d%s", oname));
