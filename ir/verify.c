@@ -182,7 +182,17 @@ static void verify_module(Verifier *v, Op *op) {
         if (name && map_get(&names, name))
             op_error(v, f, "redefinition of function '%s'", name);
         else if (name)
-            map_put(&v->arena, &names, name, (void *)1);
+            map_put(&v->arena, &names, name, f);
+    }
+    /* a backward's forward: an attention func of this module, before it */
+    for_each_op(f, b) {
+        Attr *fwd = f->kind == OP_FUNC ? op_attr(f, "forward") : NULL;
+        if (!fwd || fwd->kind != AT_STR)
+            continue;
+        Op *target = map_get(&names, fwd->s);
+        const char *kind = target ? attr_string(target, "kind") : NULL;
+        if (!kind || strcmp(kind, "attention") != 0)
+            op_error(v, f, "'forward' must name an attention func of this module, not '%s'", fwd->s);
     }
 }
 
@@ -345,19 +355,28 @@ static void verify_reshape(Verifier *v, Op *op) {
 
 static void verify_score_mod(Verifier *v, Op *op) { verify_hook(v, op, 1, SK_F32); }
 
-/* attn.attention(q, k, v) ({score}, {mask}) {acc, scale} : o [, lse] */
-static void verify_attention(Verifier *v, Op *op) {
+/* What attn.attention and its backward share: q, k, v (operands 0-2) rank-4
+ * tensors of one element type, and the attributes acc and scale. */
+static bool verify_qkv(Verifier *v, Op *op) {
     const Type *q = op->operands[0]->type, *k = op->operands[1]->type, *vt = op->operands[2]->type;
     if (!is_tensor(q) || !is_tensor(k) || !is_tensor(vt) || q->rank != 4 || k->rank != 4 || vt->rank != 4 ||
         q->elem != k->elem || q->elem != vt->elem) {
         op_error(v, op, "q, k and v must be rank-4 tensors of one element type");
-        return;
+        return false;
     }
     Attr *acc = op_attr(op, "acc"), *scale = op_attr(op, "scale");
     if (!acc || acc->kind != AT_TYPE || !scale || scale->kind != AT_FLOAT) {
         op_error(v, op, "needs attributes 'acc' (a type) and 'scale' (a float)");
-        return;
+        return false;
     }
+    return true;
+}
+
+/* attn.attention(q, k, v) ({score}, {mask}) {acc, scale} : o [, lse] */
+static void verify_attention(Verifier *v, Op *op) {
+    if (!verify_qkv(v, op))
+        return;
+    const Type *q = op->operands[0]->type, *k = op->operands[1]->type, *vt = op->operands[2]->type;
     if (op->nresults < 1 || op->nresults > 2) {
         op_error(v, op, "has o and optionally lse as results, not %d results", op->nresults);
         return;
@@ -379,18 +398,10 @@ static void verify_attention(Verifier *v, Op *op) {
 /* attn.attention_backward(q, k, v, o, lse, do) ({score}, {score'}, {mask})
  * {acc, scale} : dq, dk, dv */
 static void verify_attention_backward(Verifier *v, Op *op) {
-    const Type *q = op->operands[0]->type, *k = op->operands[1]->type, *vt = op->operands[2]->type;
+    if (!verify_qkv(v, op))
+        return;
+    const Type *q = op->operands[0]->type, *vt = op->operands[2]->type;
     const Type *o = op->operands[3]->type, *lse = op->operands[4]->type, *dout = op->operands[5]->type;
-    if (!is_tensor(q) || !is_tensor(k) || !is_tensor(vt) || q->rank != 4 || k->rank != 4 || vt->rank != 4 ||
-        q->elem != k->elem || q->elem != vt->elem) {
-        op_error(v, op, "q, k and v must be rank-4 tensors of one element type");
-        return;
-    }
-    Attr *acc = op_attr(op, "acc"), *scale = op_attr(op, "scale");
-    if (!acc || acc->kind != AT_TYPE || !scale || scale->kind != AT_FLOAT) {
-        op_error(v, op, "needs attributes 'acc' (a type) and 'scale' (a float)");
-        return;
-    }
     Dim o_dims[4] = {q->dims[0], q->dims[1], q->dims[2], vt->dims[3]};
     Type ot = {.kind = TY_TENSOR, .elem = q->elem, .rank = 4, .dims = o_dims};
     Type lt = {.kind = TY_TENSOR, .elem = SK_F32, .rank = 3, .dims = o_dims};
