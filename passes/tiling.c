@@ -729,6 +729,14 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
     return l;
 }
 
+/* The index of a program's BM query rows of one (batch, head), for the
+ * backward's per-query-tile kernels (grid [ceil(Nq/BM), B·Hq]): (b, h, r0, 0). */
+static void query_tile_index(Builder *b, Value **args, Dim Hq, int64_t BM, Value **idx) {
+    Value *H = b_dim(b, Hq), *zero = b_index(b, 0);
+    Value *bi = b_bin(b, OP_FLOORDIV, args[1], H), *h = b_bin(b, OP_REM, args[1], H);
+    idx[0] = bi, idx[1] = h, idx[2] = b_bin(b, OP_MUL, args[0], b_index(b, BM)), idx[3] = zero;
+}
+
 static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     bool deterministic = schedule_directive(func, ctx->arch, "deterministic") != NULL;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
@@ -753,10 +761,8 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     Op *pre = make_launch(&outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
     {
         Builder b = {a, pre->regions[0].blocks[0], NULL, op->loc};
-        Value *H = b_dim(&b, Hq), *zero = b_index(&b, 0);
-        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
-        Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
-        Value *idx[4] = {bi, h, r0, zero};
+        Value *idx[4];
+        query_tile_index(&b, args, Hq, BM, idx);
         Value *o = load(&b, args[3], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
         Value *dout = load(&b, args[4], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
         Value *d = b_row_reduce(&b, "sum", b_bin(&b, OP_MUL, b_cast(&b, dout, F), b_cast(&b, o, F)));
@@ -879,10 +885,8 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     post = make_launch(&outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
     {
         Builder b = {a, post->regions[0].blocks[0], NULL, op->loc};
-        Value *H = b_dim(&b, Hq), *zero = b_index(&b, 0);
-        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
-        Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
-        Value *idx[4] = {bi, h, r0, zero};
+        Value *idx[4];
+        query_tile_index(&b, args, Hq, BM, idx);
         Value *x = load(&b, args[3], idx, rows_cols, b_tile_type(&b, F, BM, D), 0);
         store(&b, args[4], b_cast(&b, b_bin(&b, OP_MUL, x, b_float(&b, F, scale)), dt), idx, rows_cols);
         yield(&b, 0, NULL);
