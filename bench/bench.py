@@ -2,7 +2,7 @@
 """bench.py — attnc side by side with its peers, in one process, on one GPU.
 
     python3 bench/bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
-                           [--schedule "warps(8)" ...] [--only attention|mlp]
+                           [--schedule "warps(8)" ...] [--only attention|mlp] [--dtype f16|bf16]
 
 The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
 2048 / head_dim, head dim 64 and 128 (and 256 for sm_90a), N in {512 ...
@@ -102,6 +102,8 @@ def attention(args, tmp):
     if args.quick:
         Ns = [1024, 8192]
     for dtn, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        if args.dtype and dtn != args.dtype:
+            continue
         for D in (64, 128) + ((256,) if args.arch == "sm_90a" else ()):
             for causal in (False, True):
                 name = f"bench_{dtn}_d{D}{'_causal' if causal else ''}"
@@ -142,8 +144,9 @@ def attention(args, tmp):
                     for peer in ("flash", "cudnn", "flex"):
                         if peer in row:
                             row[f"vs_{peer}"] = row["attnc"] / row[peer]
-                            for sched in args.schedule:
-                                row[f"vs_{peer} {sched}"] = row[f"attnc {sched}"] / row[peer]
+                            for sched in args.schedule:   # (a variant that did not compile has no column)
+                                if f"attnc {sched}" in row:
+                                    row[f"vs_{peer} {sched}"] = row[f"attnc {sched}"] / row[peer]
                     log(**row)
                     del q, k, v, o, lse
 
@@ -251,6 +254,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--arch", default="sm_80")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dtype", choices=["f16", "bf16"], default=None, help="attention in this dtype only")
     ap.add_argument("--schedule", action="append", default=[],
                     help="also time the attention blocks under this schedule (e.g. 'warps(8);')")
     ap.add_argument("--only", choices=("attention", "mlp"))

@@ -28,6 +28,7 @@ typedef struct KernelTmap {
 typedef struct KernelInfo {
     int threads;         /* per block */
     int64_t smem_bytes;  /* dynamic shared memory */
+    bool persistent;     /* loops over the grid's tiles (grid x and y: i64 parameters after y_offset) */
     int ntmaps;          /* tensor maps, the last parameters, in this order */
     KernelTmap tmaps[8];
 } KernelInfo;

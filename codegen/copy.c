@@ -414,7 +414,12 @@ void tma_wait(Cg *cg, const Op *op) {
  * exit with TMA writes to its shared memory outstanding) and before shared
  * memory is reused. A later wait for a drained fill passes at once: its
  * phase has completed (and the stage is not filled again before that wait). */
-void tma_drain(Cg *cg) {
+static void drain_rings(Cg *cg, bool release);
+
+void tma_drain(Cg *cg) { drain_rings(cg, false); }
+void tma_drain_release(Cg *cg) { drain_rings(cg, true); }
+
+static void drain_rings(Cg *cg, bool release) {
     for (int i = 0; i < cg->nrings; i++) {
         Ring *r = &cg->rings[i];
         for (int s = 0; s < r->stages; s++) {
@@ -424,6 +429,8 @@ void tma_drain(Cg *cg) {
             LLVMBasicBlockRef join = if_begin(cg, in_flight);
             wait_phase(cg, stage_bar(cg, r, ci64(cg, s)), fill_parity(cg, state, ci64(cg, s)));
             LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, ci32(cg, ~(1 << (16 + s))), ""), r->state);
+            if (release && r->empty)
+                tma_release(cg, &(Token){.ring = r, .stage = ci64(cg, s)});
             if_end(cg, join);
         }
     }

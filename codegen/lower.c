@@ -747,12 +747,36 @@ static bool producer_runs(const Op *op) {
            (strncmp(name, "arith.", 6) == 0 || strncmp(name, "math.", 5) == 0 || op->kind == OP_GATHER);
 }
 
+void release_stages(Cg *cg, const Op *op) {
+    PtrVec *free = cg->role == ROLE_CONSUMER ? map_get(&cg->releases, op) : NULL;
+    for (int i = 0; free && i < free->len && !cg->failed; i++) {
+        const Token *t = map_get(&cg->wait_tok, free->items[i]);
+        if (t && t->ring)
+            tma_release(cg, t);
+    }
+}
+
+static struct InFlight *in_flight(Cg *cg, const Op *op) {
+    for (int i = 0; i < cg->nin_flight; i++)
+        if (cg->in_flight[i].op == op)
+            return &cg->in_flight[i];
+    return NULL;
+}
+
 static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
     int index = 0;
     if (cg->role == ROLE_CONSUMER)
         plan_releases(cg, blk);
     for (const Op *op = blk->first; op && !cg->failed; op = op->next, index++) {
-        if (blk == cg->top && index > 0 && cg->role != ROLE_PRODUCER)
+        /* the dots in flight that op needs complete first; at the top level
+         * (outside loops) and at the end of a loop body every one does:
+         * nothing there overlaps with them, shared memory is reused at the
+         * top, and no dot stays in flight across a back edge */
+        if (cg->target->complete && cg->role != ROLE_PRODUCER)
+            cg->target->complete(cg, blk == cg->top || op->kind == OP_TILE_YIELD ? NULL : op);
+        /* (a persistent kernel's next tile reuses every buffer: no reuse
+         * within the tile, which the producer may already be filling) */
+        if (blk == cg->top && index > 0 && cg->role != ROLE_PRODUCER && !cg->persistent)
             smem_release(cg, index - 1);
         if (op->kind == OP_TILE_YIELD) {
             for (int i = 0; i < op->noperands; i++) {
@@ -768,12 +792,11 @@ static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
         if (op->kind == OP_ALLOC && cv_get(cg, op->results[0]))   /* a TMA buffer, made before the roles split */
             continue;
         emit_op(cg, op);
-        PtrVec *free = cg->role == ROLE_CONSUMER ? map_get(&cg->releases, op) : NULL;
-        for (int i = 0; free && i < free->len && !cg->failed; i++) {
-            const Token *t = map_get(&cg->wait_tok, free->items[i]);
-            if (t && t->ring)
-                tma_release(cg, t);
-        }
+        struct InFlight *f = in_flight(cg, op);
+        if (f)
+            f->deferred = true;
+        else
+            release_stages(cg, op);
     }
 }
 
@@ -783,6 +806,47 @@ static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
 /* Registers a producer warpgroup keeps after setmaxnreg.dec (it only
  * issues copies), and the most a thread may have. */
 enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
+
+/* The launch body for this block's tiles: once (pid = ctaid), or, for a
+ * persistent kernel, for t = ctaid.x, + nctaid.x, ... below tiles_x ·
+ * tiles_y with pid = (t % tiles_x, t / tiles_x, 0). Consumers start each
+ * tile at a barrier (Q's shared copy is rewritten only when every warp is
+ * done with the last tile's) and end it with no dot in flight and every
+ * stage released. */
+static void emit_tiles(Cg *cg, const Block *body) {
+    if (!cg->persistent) {
+        emit_block(cg, body, NULL, NULL);
+        return;
+    }
+    LLVMValueRef total = mul(cg, cg->tiles_x, cg->tiles_y);
+    LLVMValueRef first = zext64(cg, sreg(cg, "ctaid.x")), step = zext64(cg, sreg(cg, "nctaid.x"));
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile");
+    LLVMBasicBlockRef bodybb = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_body");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tiles_done");
+    LLVMBuildBr(cg->b, head);
+    LLVMPositionBuilderAtEnd(cg->b, head);
+    LLVMValueRef t = LLVMBuildPhi(cg->b, cg->i64, "tile");
+    LLVMAddIncoming(t, &first, &pre, 1);
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, t, total, ""), bodybb, exit);
+    LLVMPositionBuilderAtEnd(cg->b, bodybb);
+    cv_put(cg, body->args[0], cv_scalar(cg, LLVMBuildURem(cg->b, t, cg->tiles_x, "")));
+    cv_put(cg, body->args[1], cv_scalar(cg, LLVMBuildUDiv(cg->b, t, cg->tiles_x, "")));
+    cv_put(cg, body->args[2], cv_scalar(cg, ci64(cg, 0)));
+    if (cg->role == ROLE_CONSUMER)
+        cg_barrier(cg);
+    emit_block(cg, body, NULL, NULL);
+    if (cg->failed)
+        return;
+    if (cg->role == ROLE_CONSUMER) {
+        cg->target->complete(cg, NULL);
+        tma_drain_release(cg);
+    }
+    LLVMValueRef next = LLVMBuildAdd(cg->b, t, step, "");
+    LLVMAddIncoming(t, &next, (LLVMBasicBlockRef[]){LLVMGetInsertBlock(cg->b)}, 1);
+    LLVMBuildBr(cg->b, head);
+    LLVMPositionBuilderAtEnd(cg->b, exit);
+}
 
 /* Warp specialisation (FlashAttention-3's): the buffers TMA fills and
  * their mbarriers are made by every thread; then the consumer warps run the
@@ -813,9 +877,11 @@ static void emit_specialised(Cg *cg, const Block *body) {
         pingpong_barrier(cg, "arrive", ci32(cg, 0));
         if_end(cg, join);
     }
-    emit_block(cg, body, NULL, NULL);
+    emit_tiles(cg, body);
     if (cg->failed)
         return;
+    if (cg->target->complete)
+        cg->target->complete(cg, NULL);
     if (cg->pingpong) {
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, 0), ""));
         pingpong_barrier(cg, "sync", ci32(cg, 0));
@@ -836,7 +902,7 @@ static void emit_specialised(Cg *cg, const Block *body) {
     LLVMPositionBuilderAtEnd(cg->b, idle);
     LLVMBuildRetVoid(cg->b);
     LLVMPositionBuilderAtEnd(cg->b, copier);
-    emit_block(cg, body, NULL, NULL);
+    emit_tiles(cg, body);
 }
 
 bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
@@ -872,6 +938,12 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     Attr *producer = op_attr(launch, "nv.producer_warps"), *pingpong = op_attr(launch, "nv.pingpong");
     cg->producer_warps = producer ? (int)producer->i : 0;
     cg->pingpong = pingpong && pingpong->i && cg->producer_warps && cg->nwarps >= 8;
+    Attr *overlap = op_attr(launch, "nv.overlap");
+    cg->lazy_dots = overlap && overlap->i;
+    Attr *persistent = op_attr(launch, "nv.persistent");
+    cg->persistent = persistent && persistent->i;
+    if (cg->persistent && !cg->producer_warps)
+        return cg_err(cg, launch, "internal error: nv.persistent needs warp specialisation (nv.producer_warps)", NULL);
     if (cg->producer_warps && (cg->producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
         return cg_err(cg, launch, "internal error: nv.producer_warps must be 4 (a warpgroup), after whole warpgroups "
                                   "of consumers, on sm_90a", NULL);
@@ -885,10 +957,11 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     if (!tma_collect(cg, body))
         return false;
     int nmem = launch->noperands - 3 + launch->nresults;
-    int y_param = nmem + k->ndims, nparams = y_param + 1 + cg->ntmaps;
+    int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->persistent ? 2 : 0), nparams = tmap0 + cg->ntmaps;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
     for (int i = 0; i < nparams; i++)
-        pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32 : LLVMPointerTypeInContext(ctx, 0);
+        pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32 : i < tmap0 ? cg->i64
+                                                                                    : LLVMPointerTypeInContext(ctx, 0);
     LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), pt, (unsigned)nparams, false);
     cg->fn = LLVMAddFunction(mod, k->name, ft);
     LLVMSetFunctionCallConv(cg->fn, 71 /* ptx_kernel */);
@@ -902,12 +975,18 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     for (int i = 0; i < k->ndims; i++)
         LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nmem + i)), k->dims[i], strlen(k->dims[i]));
     LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)y_param), "y_offset", 8);
+    if (cg->persistent) {
+        cg->tiles_x = LLVMGetParam(cg->fn, (unsigned)y_param + 1);
+        cg->tiles_y = LLVMGetParam(cg->fn, (unsigned)y_param + 2);
+        LLVMSetValueName2(cg->tiles_x, "tiles_x", 7);
+        LLVMSetValueName2(cg->tiles_y, "tiles_y", 7);
+    }
     /* A CUtensorMap (128 bytes) by value: byval, 64-byte aligned, and
      * grid_constant, so that its address is the parameter's own (cvta.param,
      * what TMA reads) instead of a copy in local memory. */
     LLVMMetadataRef gc[8];
     for (int j = 0; j < cg->ntmaps; j++) {
-        unsigned at = (unsigned)(y_param + 1 + j);
+        unsigned at = (unsigned)(tmap0 + j);
         LLVMValueRef p = cg->tmap_param[j] = LLVMGetParam(cg->fn, at);
         LLVMTypeRef map = LLVMArrayType(LLVMInt8TypeInContext(ctx), 128);
         unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5), align = LLVMGetEnumAttributeKindForName("align", 5);
@@ -985,6 +1064,8 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         note_uses(cg, o, index++);
     if (!cg->producer_warps) {
         emit_block(cg, body, NULL, NULL);
+        if (!cg->failed && target->complete)
+            target->complete(cg, NULL);
         if (!cg->failed && target->drain)
             target->drain(cg);
     } else {
@@ -1016,6 +1097,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
                       arena_printf(a, "the kernel needs %lld bytes of shared memory; %s has %lld",
                                    (long long)cg->smem_bytes, cg->info->name, (long long)cg->info->smem_limit));
     info->threads = launch_threads;
+    info->persistent = cg->persistent;
     info->ntmaps = cg->ntmaps;
     memcpy(info->tmaps, cg->tmaps, sizeof cg->tmaps);
     info->smem_bytes = (cg->smem_bytes + 15) & ~(int64_t)15;

@@ -151,6 +151,11 @@ typedef struct CgTarget {
      * store or cp.async copies there needs fence.proxy.async before it */
     bool async_proxy;
     int smem_align;   /* of the dynamic shared memory (swizzled tiles: 1024) */
+    /* completes the dots still in flight that op needs (wgmma groups,
+     * sm_90a): those whose results it reads, those that read the buffer it
+     * copies into, and every one when op is NULL or has regions. NULL: a
+     * target whose dots complete when they are emitted. */
+    void (*complete)(Cg *cg, const Op *op);
     /* the accumulator's element pairs (i, i + 1) are adjacent columns:
      * 16-bit outputs are stored two at a time (sm_80; on sm_70 the checks
      * cost registers and the pairs are not adjacent) */
@@ -214,8 +219,28 @@ struct Cg {
      * copies; the body is emitted once per role (lower.c) */
     Role role;
     int producer_warps;
+    /* persistent (nv.persistent): each block loops over the grid's tiles,
+     * tiles_x · tiles_y of them (i64 parameters), so the producer fetches
+     * the next tile's K/V while the consumers finish this one */
+    bool persistent;
+    LLVMValueRef tiles_x, tiles_y;
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
     Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */
+    /* sm_90a: dots issued (committed wgmma groups) and not yet waited for,
+     * oldest first; their stages are released when they complete */
+    struct InFlight {
+        const Op *op;
+        bool deferred;         /* the stages it read are released when it completes */
+        Dist *r;               /* its result, whose registers the wait redefines */
+        LLVMValueRef *acc;     /* the accumulator registers, in wgmma order */
+        int nacc, per;
+        bool acc16;
+    } in_flight[8];
+    int nin_flight;
+    /* dots complete at the first op that needs them (the launch's
+     * nv.overlap, which softmax-overlap sets on the launches it rotated);
+     * otherwise each right after it is issued */
+    bool lazy_dots;
     Map wait_tok;   /* consumer: tile.wait Op* -> the Token it waited for */
 };
 
@@ -310,6 +335,9 @@ void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars);
 void tma_copy(Cg *cg, const Op *op);
 void tma_wait(Cg *cg, const Op *op);
 void tma_drain(Cg *cg);
+/* persistent consumers, after each tile: the fills in flight land and their
+ * stages are released (the producer fills them again for the next tile) */
+void tma_drain_release(Cg *cg);
 /* warp specialisation: the stage a tile.wait waited for is free (consumer) */
 void tma_release(Cg *cg, const Token *t);
 /* ping-pong: bar.sync / bar.arrive on warpgroup wg's turn (sm90a.c) */
@@ -328,6 +356,9 @@ Dist *dot_a_in_registers(Cg *cg, const Op *op);
 /* tile.copy_async's source and destination, when its nv.copy is `how` (the
  * copy this target makes); false (reported) otherwise. */
 bool copy_operands(Cg *cg, const Op *op, const char *how, Mem **src, Mem **dst);
+/* Releases the stages whose last reader was op (warp specialisation's
+ * consumers): after op, or, for a dot in flight, when it completes. */
+void release_stages(Cg *cg, const Op *op);
 /* tile.wait's token, or NULL (reported). */
 const Token *wait_token(Cg *cg, const Op *op);
 /* One kernel for a launch, lowered for the target; see cg.h. */

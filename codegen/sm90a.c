@@ -14,8 +14,10 @@
  *                from shared memory, K-major (K stored [N, K]) or MN-major
  *                (V stored [K, N], transposed by the instruction). Operands
  *                lie in 128-byte swizzled panels of 64 columns (smem.c's
- *                smem_offset). fence, the k-steps, commit, wait 0: the dot
- *                is synchronous to the code around it.
+ *                smem_offset). fence, the k-steps, commit; the wait comes
+ *                right after, or, in a launch softmax-overlap rotated
+ *                (nv.overlap), at the first op that needs the result
+ *                (complete), so the code between runs beside the dot
  *   copies       TMA (copy.c) into the swizzled stages, or cp.async with
  *                fence.proxy.async before the barrier that publishes them
  *                (wgmma reads shared memory through the async proxy)
@@ -135,24 +137,93 @@ void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg) {
     cg_asm(cg, arena_printf(cg->a, "bar.%s $0, 256;", how), "r,~{memory}", LLVMVoidTypeInContext(cg->ctx), &id, 1);
 }
 
-/* wgmma.wait_group 0 (after the commit) with every accumulator passed
- * through it: their uses come after the wait (LLVM sees the asm define
- * them). */
-static void wait_all(Cg *cg, LLVMValueRef *acc, int n) {
+/* wgmma.wait_group n: every group but the n committed last is complete.
+ * The registers of the completed dots pass through the wait's inline asm,
+ * so LLVM places their uses after it. */
+static void wait_groups(Cg *cg, int n, LLVMValueRef *acc, int nacc) {
     StrBuf cons;
     strbuf_open(&cons);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < nacc; i++)
         fprintf(cons.f, "%s=%c", i ? "," : "", LLVMTypeOf(acc[i]) == cg->f32 ? 'f' : 'r');
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < nacc; i++)
         fprintf(cons.f, ",%d", i);
-    fprintf(cons.f, ",~{memory}");
-    LLVMTypeRef *fields = NEW_ARRAY(cg->a, LLVMTypeRef, (size_t)n);
-    for (int i = 0; i < n; i++)
+    fprintf(cons.f, "%s~{memory}", nacc ? "," : "");
+    LLVMTypeRef *fields = NEW_ARRAY(cg->a, LLVMTypeRef, (size_t)nacc + 1);
+    for (int i = 0; i < nacc; i++)
         fields[i] = LLVMTypeOf(acc[i]);
-    LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)n, false);
-    LLVMValueRef r = cg_asm(cg, "wgmma.wait_group.sync.aligned 0;", strbuf_finish(&cons, cg->a, NULL), st, acc, n);
-    for (int i = 0; i < n; i++)
+    LLVMTypeRef st = nacc ? LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false)
+                          : LLVMVoidTypeInContext(cg->ctx);
+    LLVMValueRef r = cg_asm(cg, arena_printf(cg->a, "wgmma.wait_group.sync.aligned %d;", n),
+                            strbuf_finish(&cons, cg->a, NULL), st, acc, nacc);
+    for (int i = 0; i < nacc; i++)
         acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
+}
+
+/* The result of an in-flight dot, from its accumulator registers. */
+static void set_result(Cg *cg, struct InFlight *f) {
+    for (int i = 0; i < f->nacc; i++)
+        mma16_acc_set(cg, f->r, 0, i / f->per, i % f->per, f->acc16,
+                      f->acc16 ? LLVMBuildBitCast(cg->b, f->acc[i], cg->v2f16, "") : f->acc[i]);
+}
+
+/* Does the dot read a tile loaded from buf (through a transpose)? */
+static bool dot_reads(const Op *dot, const Value *buf) {
+    for (int i = 0; i < 2; i++) {
+        const Op *d = dot->operands[i]->def;
+        if (d && d->kind == OP_TRANS)
+            d = d->operands[0]->def;
+        if (d && d->kind == OP_LOAD && d->operands[0] == buf)
+            return true;
+    }
+    return false;
+}
+
+static bool reads_result(const Op *op, const Op *dot) {
+    for (int i = 0; i < op->noperands; i++)
+        if (op->operands[i]->def == dot)
+            return true;
+    return false;
+}
+
+/* A dot is issued asynchronously (fence, k-steps, commit) and, in a launch
+ * softmax-overlap rotated (nv.overlap), completes at the first op that
+ * needs it (lower.h's complete; a copy needs the dots
+ * that read its buffer, except a consumer's, which copies nothing: the
+ * producer waits for the stage's release): wait_group with the
+ * number of dots committed after it, which also completes every older one.
+ * So a Q·Kᵀ followed by a P·V of the previous tile and then the softmax
+ * (the overlap pass's order) waits for Q·Kᵀ with P·V still running. */
+static void complete(Cg *cg, const Op *op) {
+    int need = -1;
+    for (int i = 0; i < cg->nin_flight; i++) {
+        const Op *dot = cg->in_flight[i].op;
+        if (!op || op->nregions || reads_result(op, dot) ||
+            (op->kind == OP_COPY_ASYNC && cg->role != ROLE_CONSUMER && dot_reads(dot, op->operands[1])))
+            need = i;
+    }
+    if (need < 0)
+        return;
+    int nacc = 0;
+    for (int i = 0; i <= need; i++)
+        nacc += cg->in_flight[i].nacc;
+    LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)nacc + 1);
+    nacc = 0;
+    for (int i = 0; i <= need; i++)
+        for (int j = 0; j < cg->in_flight[i].nacc; j++)
+            acc[nacc++] = cg->in_flight[i].acc[j];
+    wait_groups(cg, cg->nin_flight - 1 - need, acc, nacc);
+    nacc = 0;
+    struct InFlight done[8];
+    memcpy(done, cg->in_flight, sizeof done[0] * (size_t)(need + 1));
+    memmove(cg->in_flight, cg->in_flight + need + 1, sizeof done[0] * (size_t)(cg->nin_flight - need - 1));
+    cg->nin_flight -= need + 1;
+    for (int i = 0; i <= need; i++) {
+        for (int j = 0; j < done[i].nacc; j++)
+            done[i].acc[j] = acc[nacc++];
+        set_result(cg, &done[i]);
+        if (done[i].deferred)
+            release_stages(cg, done[i].op);
+    }
 }
 
 static void emit_dot(Cg *cg, const Op *op) {
@@ -224,11 +295,14 @@ static void emit_dot(Cg *cg, const Op *op) {
     cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     if (cg->pingpong && cg->role == ROLE_CONSUMER)   /* issued: the next warpgroup's turn */
         pingpong_barrier(cg, "arrive", LLVMBuildURem(cg->b, add32(cg, wg, 1), ci32(cg, cg->nwarps / 4), ""));
-    wait_all(cg, acc, nacc);
-    Dist *r = dist_new(cg, rt->elem, cg->R, N);
-    for (int i = 0; i < nacc; i++)
-        mma16_acc_set(cg, r, 0, i / per, i % per, acc16, acc16 ? LLVMBuildBitCast(cg->b, acc[i], cg->v2f16, "") : acc[i]);
-    cv_put(cg, op->results[0], cv_dist(cg, r));
+    if (cg->nin_flight == (int)(sizeof cg->in_flight / sizeof cg->in_flight[0]))
+        complete(cg, NULL);   /* (no kernel keeps this many in flight) */
+    struct InFlight *f = &cg->in_flight[cg->nin_flight++];
+    *f = (struct InFlight){op, false, dist_new(cg, rt->elem, cg->R, N), acc, nacc, per, acc16};
+    set_result(cg, f);
+    cv_put(cg, op->results[0], cv_dist(cg, f->r));
+    if (!cg->lazy_dots)   /* a launch softmax-overlap left alone: the dot completes here */
+        complete(cg, NULL);
 }
 
 /* A launch's copies are all TMA's or all cp.async's (sm90a-layout). */
@@ -261,6 +335,7 @@ const CgTarget sm90a_target = {
     .copy_async = copy_async,
     .wait = wait,
     .drain = drain,
+    .complete = complete,
     .async_proxy = true,
     .smem_align = 1024,
     .pair_stores = true,

@@ -1406,16 +1406,20 @@ static void lower_schedule(Sema *s, const Item *it) {
                            "(it makes their backward's dq the same bits on every run)");
                 continue;
             }
-        } else if (strcmp(dr->name, "producer") == 0 || strcmp(dr->name, "pingpong") == 0) {   /* sm_90a: 1 on, 0 off */
+        } else if (strcmp(dr->name, "producer") == 0 || strcmp(dr->name, "pingpong") == 0 ||
+                   strcmp(dr->name, "overlap") == 0 || strcmp(dr->name, "persistent") == 0) {   /* sm_90a: 1 on, 0 off */
             want = 1; lo = 0; hi = 1; multiple = 1;
             if (strcmp(it->target, "sm_90a") != 0) {
                 diag_error(s->d, s->src, dr->loc, "'%s' is a schedule directive of sm_90a only (%s)", dr->name,
-                           strcmp(dr->name, "producer") == 0 ? "warp specialisation" : "warpgroup ping-pong");
+                           strcmp(dr->name, "producer") == 0   ? "warp specialisation"
+                           : strcmp(dr->name, "pingpong") == 0 ? "warpgroup ping-pong"
+                           : strcmp(dr->name, "overlap") == 0  ? "the softmax overlapped with P·V"
+                                                               : "blocks that loop over the tiles");
                 continue;
             }
         } else {
             diag_error(s->d, s->src, dr->loc, "unknown schedule directive '%s'", dr->name);
-            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, producer, pingpong and deterministic");
+            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, producer, pingpong, overlap, persistent and deterministic");
             continue;
         }
         if (attrs_get(sched->entries, sched->n, dr->name)) {

@@ -216,7 +216,7 @@ static bool match_backward(Op *ret, BwdMatch *m) {
     memset(m, 0, sizeof *m);
     if (ret->noperands != 3)
         return false;
-    double cq, ck, cs;
+    double cq = 0, ck = 0, cs = 0;   /* (set whenever scaled() matches; -O3 cannot see it) */
     Op *dq = def_is(scaled(ret->operands[0], &cq), OP_MATMUL);
     Op *dk = def_is(strip(scaled(ret->operands[1], &ck), OP_SUM_HEADS), OP_MATMUL);
     Op *dv = def_is(strip(strip(ret->operands[2], OP_CAST), OP_SUM_HEADS), OP_MATMUL);

@@ -717,6 +717,14 @@ static bool layout_launch(const Lower *l, Op *launch) {
             /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
             if (warps >= 8 && pp && pp->i)
                 op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
+            /* persistent blocks (schedule persistent(1); off by default:
+             * measured slower, bench/RESULTS.md session 8): each loops over
+             * the grid's tiles, so the producer fetches the next tile's K/V
+             * while the consumers finish this one; needs grid z = 1 */
+            Attr *ps = op_attr(launch, "persistent");
+            const Op *z = launch->operands[2]->def;
+            if (ps && ps->i && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
+                op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
         }
     }
     if (s.dots)

@@ -78,5 +78,7 @@ bool pass_test_backward_store_dq(Op *module, PassContext *ctx);   /* wrong on pu
 bool pass_sm70_layout(Op *module, PassContext *ctx);
 bool pass_sm80_layout(Op *module, PassContext *ctx);
 bool pass_sm90a_layout(Op *module, PassContext *ctx);
+bool pass_softmax_overlap(Op *module, PassContext *ctx);
+bool pass_test_softmax_overlap_no_tail(Op *module, PassContext *ctx);
 
 #endif

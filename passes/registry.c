@@ -23,6 +23,8 @@ static const Pass registry[] = {
     {"sm70-layout", "tile IR -> sm_70 target IR: register layouts, operand paths and mma shapes as nv.* attributes", pass_sm70_layout},
     {"sm80-layout", "tile IR -> sm_80 target IR: mma.m16n8k16 layouts, ldmatrix operands, cp.async copies", pass_sm80_layout},
     {"sm90a-layout", "tile IR -> sm_90a target IR: wgmma operands in swizzled shared memory, cp.async copies", pass_sm90a_layout},
+    {"softmax-overlap", "sm_90a key loops rotated: P·V of the last tile issued after Q·Kᵀ of this one, run during its softmax", pass_softmax_overlap},
+    {"test-softmax-overlap-no-tail", "(tests only) softmax-overlap without the last tile's P·V", pass_test_softmax_overlap_no_tail},
 };
 
 const Pass *pass_lookup(const char *name) {

@@ -25,7 +25,9 @@ typedef struct Target {
                                       double-buffer pass runs them on across loop segments */
     int64_t smem_limit;            /* bytes of shared memory a block may opt in to */
     int64_t attn_tile[2];          /* query rows x key rows */
-    int64_t attn_keys_d64;         /* key rows at head dims up to 64, where not attn_tile[1] (0: the same) */
+    int64_t attn_keys_d64;         /* key rows at head dims up to 64 unless the mask is exactly a
+                                      band that follows the row (causal, windows), where not
+                                      attn_tile[1] (0: the same) */
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */
     int64_t row_block;             /* rows per program of a row kernel */

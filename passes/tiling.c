@@ -232,8 +232,8 @@ static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
     Attr *w = schedule_directive(func, ctx->arch, "warps");
     if (w)
         op_set_attr(ctx->arena, launch, "warps", attr_int(ctx->arena, w->i));
-    static const char *const sm90a[] = {"producer", "pingpong"};   /* sm90a-layout reads them */
-    for (int i = 0; i < 2; i++) {
+    static const char *const sm90a[] = {"producer", "pingpong", "overlap", "persistent"};   /* sm90a-layout, softmax-overlap */
+    for (int i = 0; i < 4; i++) {
         Attr *p = schedule_directive(func, ctx->arch, sm90a[i]);
         if (p)
             op_set_attr(ctx->arena, launch, sm90a[i], attr_int(ctx->arena, p->i));
@@ -241,10 +241,12 @@ static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
 }
 
 /* Defaults per target: query rows x key rows for attention (the key rows
- * may depend on the head dim D), M x N x K for GEMMs. */
-static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D) {
+ * may depend on the head dim D and on whether the keys a row sees follow
+ * the row: an exact band from mask-analysis with a row term, as causal's),
+ * M x N x K for GEMMs. */
+static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, bool follows) {
     const Target *t = target_lookup(arch);
-    if (attention && axis == 1 && t->attn_keys_d64 && D <= 64)
+    if (attention && axis == 1 && t->attn_keys_d64 && D <= 64 && !follows)
         return t->attn_keys_d64;
     return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
 }
@@ -268,9 +270,9 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     const Type *a = g->operands[0]->type, *rt = g->results[0]->type;
     if (a->rank != 2)
         return true;   /* batched A: left as it is */
-    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0));
-    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0));
-    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0));
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0, false));
+    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0, false));
+    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0, false));
     int n = (int)op_attr(g, "num_b")->i, nin = g->noperands;
     ScalarKind acc = op_attr(g, "acc")->type->elem;
     const Block *epi = g->regions[0].blocks[0];
@@ -456,8 +458,21 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
     AttnTile t = {0};
     int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
-    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D));
-    t.BN = schedule_tile(func, ctx->arch, 1, fit_keys(ctx->arch, func, t.BM, default_tile(ctx->arch, true, 1, D), D));
+    /* an exact band (the mask is nothing but it) that follows the row:
+     * causal, sliding windows; not a document mask (its gathers and
+     * compares spilled at 128 key rows, head dim 64) */
+    Attr *band = op_attr(att, "band"), *follows = NULL;
+    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    if (!exact || !exact->i)
+        band = NULL;
+    for (int i = 0; band && i < 2 && !follows; i++) {
+        Attr *bound = attrs_get(band->entries, band->n, i ? "lo" : "hi");
+        Attr *k = bound ? attrs_get(bound->entries, bound->n, "i") : NULL;
+        follows = k && k->i ? k : NULL;
+    }
+    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, follows));
+    t.BN = schedule_tile(func, ctx->arch, 1,
+                         fit_keys(ctx->arch, func, t.BM, default_tile(ctx->arch, true, 1, D, follows), D));
     t.acc = op_attr(att, "acc")->type->elem;
     t.dt = qt->elem;
     t.scale = op_attr(att, "scale")->f;

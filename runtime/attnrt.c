@@ -63,6 +63,8 @@ typedef struct KernelSpec {
     int threads;
     int64_t smem;
     bool ysplit;          /* takes its first y as a last parameter: grid.y is launched in slices */
+    bool persistent;      /* loops over the grid's tiles itself: launched with one block per resident
+                             slot, told the grid's x and y (after the first y) */
     int nargs;
     int args[MAX_ARGS];   /* tensor indices */
     void *fn;             /* CUfunction, once loaded */
@@ -290,6 +292,8 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
         k->smem = atoll(smem);
         const char *ysplit = get(e, "ysplit");   /* optional */
         k->ysplit = ysplit && strcmp(ysplit, "1") == 0;
+        const char *persistent = get(e, "persistent");   /* optional */
+        k->persistent = persistent && strcmp(persistent, "1") == 0;
         snprintf(buf, sizeof buf, "%s", args);
         int n = split_list(buf, ',', w, MAX_ARGS);
         for (int i = 0; i < n; i++) {
@@ -978,8 +982,21 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         int64_t y_total = grid[1], y_offset = 0;
         if (k->ysplit)
             params[np++] = &y_offset;
+        if (k->persistent) {   /* grid[0] · grid[1] tiles (z is 1), as many blocks as fit the GPU at once */
+            params[np++] = &grid[0];
+            params[np++] = &grid[1];
+        }
         for (int j = 0; j < k->ntmaps; j++)
             params[np++] = k->tmaps[j].map;
+        if (k->persistent) {
+            int64_t resident, tiles = grid[0] * grid[1] * grid[2];
+            if ((rc = cuda_resident_blocks(k->fn, k->threads, k->smem, &resident)))
+                return rc;
+            int64_t blocks[3] = {tiles < resident ? tiles : resident, 1, 1};
+            if ((rc = cuda_launch(k->fn, blocks, k->threads, k->smem, stream, params)))
+                return rc;
+            continue;
+        }
         for (; y_offset < y_total; y_offset += 65535) {
             int64_t slice[3] = {grid[0], y_total - y_offset < 65535 ? y_total - y_offset : 65535, grid[2]};
             if ((rc = cuda_launch(k->fn, slice, k->threads, k->smem, stream, params)))

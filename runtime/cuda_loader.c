@@ -48,6 +48,9 @@ static struct {
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
     CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, void *);
     CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuCtxGetDevice)(int *);
+    CUresult (*cuDeviceGetAttribute)(int *, int, int);
+    CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, void *, int, size_t);
     /* CUDA 12 drivers and newer; NULL before (only sm_90a's TMA needs it) */
     CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *, const uint64_t *,
                                        const unsigned *, const unsigned *, int, int, int, int);
@@ -114,6 +117,9 @@ static int ready(void) {
     SYM(cuMemsetD8, "_v2");
     SYM(cuMemsetD8Async, "");
     SYM(cuCtxSynchronize, "");
+    SYM(cuCtxGetDevice, "");
+    SYM(cuDeviceGetAttribute, "");
+    SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor, "");
     *(void **)&cu.cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled");
     int rc = check(cu.cuInit(0), "cuInit", NULL);
     void *ctx = NULL;
@@ -165,6 +171,18 @@ int cuda_get_function(void *module, const char *name, int64_t smem, void **fn) {
     if (!rc && smem > 48 * 1024)
         rc = check(cu.cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", name);
+    return rc;
+}
+
+int cuda_resident_blocks(void *fn, int threads, int64_t smem, int64_t *blocks) {
+    int dev = 0, sms = 0, per_sm = 0;
+    int rc = check(cu.cuCtxGetDevice(&dev), "cuCtxGetDevice", NULL);
+    if (!rc)   /* 16: CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+        rc = check(cu.cuDeviceGetAttribute(&sms, 16, dev), "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", NULL);
+    if (!rc)
+        rc = check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, (size_t)smem),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
+    *blocks = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
     return rc;
 }
 
