@@ -294,6 +294,9 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
         k->ysplit = ysplit && strcmp(ysplit, "1") == 0;
         const char *persistent = get(e, "persistent");   /* optional */
         k->persistent = persistent && strcmp(persistent, "1") == 0;
+        if (k->persistent && strcmp(k->grid[2], "1") != 0)   /* its blocks loop over x and y only */
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: a persistent kernel needs grid z = 1, not '%s'",
+                        lineno, k->grid[2]);
         snprintf(buf, sizeof buf, "%s", args);
         int n = split_list(buf, ',', w, MAX_ARGS);
         for (int i = 0; i < n; i++) {
