@@ -326,7 +326,8 @@ static bool run(Op *module, PassContext *ctx, bool no_tail) {
             /* default (measured on the H200, bench/RESULTS.md session 8):
              * under warp specialisation, where it gains at head dims 128
              * and 256 (up to 14 %); not in plain TMA kernels, where it
-             * lost 25-30 % (head dim 64 without a mask) */
+             * lost 27-30 % (head dim 64 without a mask: 155 registers
+             * instead of 124, one block an SM instead of two) */
             Attr *on = op_attr(launch, "overlap");
             if (on ? !on->i : !op_attr(launch, "nv.producer_warps"))
                 continue;
