@@ -905,6 +905,21 @@ static void emit_specialised(Cg *cg, const Block *body) {
     emit_tiles(cg, body);
 }
 
+/* The widest result of a tile.dot in blk (0: none). */
+static int64_t max_dot_cols(const Block *blk) {
+    int64_t most = 0;
+    for (const Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_DOT && op->results[0]->type->dims[1].size > most)
+            most = op->results[0]->type->dims[1].size;
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++) {
+                int64_t m = max_dot_cols(op->regions[r].blocks[k]);
+                most = m > most ? m : most;
+            }
+    }
+    return most;
+}
+
 bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info) {
     Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target_lookup(target->name)};
@@ -1078,7 +1093,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         return false;
 
     /* launch bounds: exactly `threads` per block (and, for setmaxnreg to
-     * take effect, at least one block per SM) */
+     * take effect, at least one block per SM; see min_blocks) */
     LLVMMetadataRef ann[3] = {
         LLVMValueAsMetadata(cg->fn),
         LLVMMDStringInContext2(ctx, "maxntidx", 8),
@@ -1086,9 +1101,19 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     };
     LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                 LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
-    if (cg->producer_warps) {
+    /* a plain (not warp-specialised) kernel the softmax overlap rotated,
+     * whose dots are at most 64 wide (head dim 64, 64 key rows): two
+     * blocks an SM, so ptxas keeps it within 128 registers (it does so
+     * without spills; 155 registers without the bound, one block an SM).
+     * Wider score tiles spilled hundreds of bytes under the bound. */
+    int min_blocks = cg->producer_warps ? 1
+                     : cg->lazy_dots && launch_threads <= 256 && max_dot_cols(body) <= 64 &&
+                               2 * cg->smem_bytes <= cg->info->smem_limit
+                         ? 2
+                         : 0;
+    if (min_blocks) {
         LLVMMetadataRef min[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "minctasm", 8),
-                                  LLVMValueAsMetadata(ci32(cg, 1))};
+                                  LLVMValueAsMetadata(ci32(cg, min_blocks))};
         LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                     LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, min, 3)));
     }
