@@ -671,24 +671,6 @@ static void emit_op(Cg *cg, const Op *op) {
 
 /* ---- warp specialisation -------------------------------------------------------- */
 
-/* The buffer the copy behind a token fills (through the loops that carry
- * it), or NULL. */
-static const Value *token_buffer(const Value *tok) {
-    for (int depth = 0; tok && depth < 32; depth++) {
-        const Op *d = tok->def;
-        if (d && d->kind == OP_COPY_ASYNC)
-            return d->operands[1];
-        if (d && d->kind == OP_FOR)
-            tok = d->operands[3 + tok->index];
-        else if (!d && tok->owner && tok->owner->parent && tok->owner->parent->parent &&
-                 tok->owner->parent->parent->kind == OP_FOR && tok->index > 0)
-            tok = tok->owner->parent->parent->operands[3 + tok->index - 1];
-        else
-            return NULL;
-    }
-    return NULL;
-}
-
 static bool uses_any(const Op *op, const Map *vals) {
     for (int i = 0; i < op->noperands; i++)
         if (map_get(vals, op->operands[i]))

@@ -415,3 +415,19 @@ void region_clone(Arena *a, Region *to, const Region *from, Map *map) {
         for_each_op(op, src) block_append(dst, op_clone(a, op, map));
     }
 }
+
+const Value *token_buffer(const Value *tok) {
+    for (int depth = 0; tok && depth < 64; depth++) {
+        const Op *d = tok->def;
+        if (d && d->kind == OP_COPY_ASYNC)
+            return d->operands[1];
+        if (d && d->kind == OP_FOR)   /* a loop's result: what it was given */
+            tok = d->operands[3 + tok->index];
+        else if (!d && tok->owner && tok->owner->parent && tok->owner->parent->parent &&
+                 tok->owner->parent->parent->kind == OP_FOR && tok->index > 0)   /* a loop body's argument */
+            tok = tok->owner->parent->parent->operands[3 + tok->index - 1];
+        else
+            return NULL;
+    }
+    return NULL;
+}

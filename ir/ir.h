@@ -181,6 +181,11 @@ Op *op_clone(Arena *a, const Op *op, Map *map);
 /* Copies the blocks of `from` into `to` (which must have none), as op_clone. */
 void region_clone(Arena *a, Region *to, const Region *from, Map *map);
 
+/* The buffer (tile.copy_async's destination) that the copy behind a token
+ * fills, followed through the tile.for loops that carry the token (their
+ * results and block arguments), or NULL. */
+const Value *token_buffer(const Value *tok);
+
 /* The single block of a module or func body. */
 Block *op_body(const Op *op);
 Op *module_create(Arena *a);

@@ -62,18 +62,6 @@ static int uses_in(const Block *blk, const Value *v) {
     return n;
 }
 
-/* The buffer the copy behind a token fills (through the loops that pass
- * it on), or NULL. */
-static const Value *token_buffer(const Value *tok) {
-    for (int depth = 0; tok && depth < 64; depth++) {
-        const Op *d = tok->def;
-        if (d && d->kind == OP_COPY_ASYNC)
-            return d->operands[1];
-        tok = d && d->kind == OP_FOR ? d->operands[3 + tok->index] : NULL;
-    }
-    return NULL;
-}
-
 static bool match(Op *loop, KeyLoop *m) {
     Block *body = loop->regions[0].blocks[0];
     Op *y = body->last;
