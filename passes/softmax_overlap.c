@@ -50,6 +50,7 @@ typedef struct KeyLoop {
     int o, tv;    /* carried positions: O, and the token vwait waits for */
 } KeyLoop;
 
+/* How many operands under blk (nested regions too) are v. */
 static int uses_in(const Block *blk, const Value *v) {
     int n = 0;
     for_each_op(op, blk) {
@@ -62,6 +63,10 @@ static int uses_in(const Block *blk, const Value *v) {
     return n;
 }
 
+/* Is loop a key loop the rotation may move (the file's comment): a P·V dot
+ * accumulating into arith.mul(O, α) of the carried O and yielded as O, its
+ * V tile a load from a shared buffer right after a wait on a carried
+ * token, that buffer read by that load and filled by one copy only? */
 static bool match(Op *loop, KeyLoop *m) {
     Block *body = loop->regions[0].blocks[0];
     Op *y = body->last;
