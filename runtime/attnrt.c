@@ -65,6 +65,7 @@ typedef struct KernelSpec {
     bool ysplit;          /* takes its first y as a last parameter: grid.y is launched in slices */
     bool persistent;      /* loops over the grid's tiles itself: launched with one block per resident
                              slot, told the grid's x and y (after the first y) */
+    int64_t resident;     /* persistent: its blocks the GPU holds at once (0: not asked yet) */
     int nargs;
     int args[MAX_ARGS];   /* tensor indices */
     void *fn;             /* CUfunction, once loaded */
@@ -992,10 +993,10 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         for (int j = 0; j < k->ntmaps; j++)
             params[np++] = k->tmaps[j].map;
         if (k->persistent) {
-            int64_t resident, tiles = grid[0] * grid[1] * grid[2];
-            if ((rc = cuda_resident_blocks(k->fn, k->threads, k->smem, &resident)))
-                return rc;
-            int64_t blocks[3] = {tiles < resident ? tiles : resident, 1, 1};
+            if (!k->resident && (rc = cuda_resident_blocks(k->fn, k->threads, k->smem, &k->resident)))
+                return rc;   /* asked once per kernel, like its function */
+            int64_t tiles = grid[0] * grid[1] * grid[2];
+            int64_t blocks[3] = {tiles < k->resident ? tiles : k->resident, 1, 1};
             if ((rc = cuda_launch(k->fn, blocks, k->threads, k->smem, stream, params)))
                 return rc;
             continue;

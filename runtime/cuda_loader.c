@@ -182,7 +182,8 @@ int cuda_resident_blocks(void *fn, int threads, int64_t smem, int64_t *blocks) {
     if (!rc)
         rc = check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, (size_t)smem),
                    "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
-    *blocks = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+    if (!rc)   /* (left as it was on failure) */
+        *blocks = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
     return rc;
 }
 
