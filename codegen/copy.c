@@ -414,11 +414,6 @@ void tma_wait(Cg *cg, const Op *op) {
  * exit with TMA writes to its shared memory outstanding) and before shared
  * memory is reused. A later wait for a drained fill passes at once: its
  * phase has completed (and the stage is not filled again before that wait). */
-static void drain_rings(Cg *cg, bool release);
-
-void tma_drain(Cg *cg) { drain_rings(cg, false); }
-void tma_drain_release(Cg *cg) { drain_rings(cg, true); }
-
 static void drain_rings(Cg *cg, bool release) {
     for (int i = 0; i < cg->nrings; i++) {
         Ring *r = &cg->rings[i];
@@ -435,6 +430,9 @@ static void drain_rings(Cg *cg, bool release) {
         }
     }
 }
+
+void tma_drain(Cg *cg) { drain_rings(cg, false); }
+void tma_drain_release(Cg *cg) { drain_rings(cg, true); }
 
 void tma_release(Cg *cg, const Token *t) {
     LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));

@@ -213,7 +213,7 @@ static void complete(Cg *cg, const Op *op) {
             acc[nacc++] = cg->in_flight[i].acc[j];
     wait_groups(cg, cg->nin_flight - 1 - need, acc, nacc);
     nacc = 0;
-    struct InFlight done[8];
+    struct InFlight done[sizeof cg->in_flight / sizeof cg->in_flight[0]];
     memcpy(done, cg->in_flight, sizeof done[0] * (size_t)(need + 1));
     memmove(cg->in_flight, cg->in_flight + need + 1, sizeof done[0] * (size_t)(cg->nin_flight - need - 1));
     cg->nin_flight -= need + 1;

@@ -461,14 +461,13 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     /* an exact band (the mask is nothing but it) that follows the row:
      * causal, sliding windows; not a document mask (its gathers and
      * compares spilled at 128 key rows, head dim 64) */
-    Attr *band = op_attr(att, "band"), *follows = NULL;
+    Attr *band = op_attr(att, "band");
     Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
-    if (!exact || !exact->i)
-        band = NULL;
-    for (int i = 0; band && i < 2 && !follows; i++) {
+    bool follows = false;
+    for (int i = 0; exact && exact->i && i < 2; i++) {
         Attr *bound = attrs_get(band->entries, band->n, i ? "lo" : "hi");
         Attr *k = bound ? attrs_get(bound->entries, bound->n, "i") : NULL;
-        follows = k && k->i ? k : NULL;
+        follows = follows || (k && k->i);
     }
     t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, follows));
     t.BN = schedule_tile(func, ctx->arch, 1,
