@@ -168,9 +168,8 @@ static Op *head(Arena *a, Op *before, const KeyLoop *m, Value *ub, Value **inits
     Block *body = l->regions[0].blocks[0];
     for (int i = 0; i < 3; i++)
         block_add_arg(a, body, inits[ncar + i]->type, NULL);
-    Op *pv = ((Value *)map_get(&map, m->pv->results[0]))->def;
-    Value *P = pv->operands[0], *stage = ((Value *)map_get(&map, m->vload->results[0]))->def->operands[1];
-    Value *scaled = pv->operands[2];
+    Op *pv = ((Value *)map_get(&map, m->pv->results[0]))->def, *vload = pv->operands[1]->def;
+    Value *P = pv->operands[0], *stage = vload->operands[1], *scaled = pv->operands[2];
     Op *y = body->last;
     Value **ys = NEW_ARRAY(a, Value *, ncar + 3);
     memcpy(ys, y->operands, sizeof(Value *) * (size_t)ncar);
@@ -180,7 +179,7 @@ static Op *head(Arena *a, Op *before, const KeyLoop *m, Value *ub, Value **inits
     ys[ncar + 2] = stage;
     set_yield(a, body, ncar + 3, ys);
     op_unlink(pv);
-    op_unlink(((Value *)map_get(&map, m->vload->results[0]))->def);
+    op_unlink(vload);
     for_each_op(op, body)
         if (op->kind == OP_WAIT && op->operands[0] == body->args[1 + m->tv]) {
             op_unlink(op);
@@ -224,31 +223,30 @@ static Op *rotated(Arena *a, const KeyLoop *m, Value *lb, Value **inits, int nca
     return l;
 }
 
-/* The tail: P·V of the chain's last tile, when there was one. */
+/* The tail: P·V of the chain's last tile, when there was one: the rotated
+ * body's wait, V load and P·V, on what the last segment hands on. */
 static Op *tail(Arena *a, const Block *top, const KeyLoop *m, Value *lb, Value *ub, Op *last) {
     int ncar = m->loop->noperands - 3;
-    Value *O = last->results[m->o], *tvp = last->results[ncar], *P = last->results[ncar + 1],
-          *stage = last->results[ncar + 2];
+    Value *O = last->results[m->o];
     Op *l = new_loop(a, last->next, lb, ub, m->loop->operands[2], 1, &O);
     Block *body = region_add_block(a, &l->regions[0]);
     block_add_arg(a, body, lb->type, NULL);
-    Value *Oarg = block_add_arg(a, body, O->type, NULL);
-    Builder b = {a, body, NULL, m->pv->loc};
-    b_emit(&b, OP_WAIT, NULL, 1, &tvp);
-    Map map;
+    Map map;   /* the rotated body's V token, P, stage and O -> the tail's */
     map_init(&map, false);
-    map_put(a, &map, m->vload->operands[1], stage);
+    map_put(a, &map, m->vwait->operands[0], last->results[ncar]);
+    map_put(a, &map, m->pv->operands[0], last->results[ncar + 1]);
+    map_put(a, &map, m->vload->operands[1], last->results[ncar + 2]);
+    map_put(a, &map, m->pv->operands[2], block_add_arg(a, body, O->type, NULL));
+    Builder b = {a, body, NULL, m->pv->loc};
     for (int i = 2; i < m->vload->noperands; i++) {   /* indices made inside the loop: constants */
         const Value *x = m->vload->operands[i];
         if (x->def && x->def->kind == OP_CONSTANT && x->def->parent != top)
             map_put(a, &map, x, b_index(&b, op_attr(x->def, "value")->i));
     }
-    Op *v = op_clone(a, m->vload, &map);
-    block_append(body, v);
-    Value *ops[3] = {P, v->results[0], Oarg};
-    Op *pv = b_emit_op(&b, OP_DOT, 1, &O->type, 3, ops);
-    for (int i = 0; i < m->pv->nattrs; i++)
-        op_set_attr(a, pv, m->pv->attrs[i].name, m->pv->attrs[i].value);
+    block_append(body, op_clone(a, m->vwait, &map));
+    block_append(body, op_clone(a, m->vload, &map));
+    Op *pv = op_clone(a, m->pv, &map);
+    block_append(body, pv);
     b_emit(&b, OP_TILE_YIELD, NULL, 1, &pv->results[0]);
     return l;
 }
