@@ -3,6 +3,7 @@
 
     python3 bench/bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
                            [--schedule "warps(8)" ...] [--only attention|mlp] [--dtype f16|bf16]
+                           [--ns 512 1024 ...] [--head-dims 64 128 ...]   (a subset of the rows)
 
 The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
 2048 / head_dim, head dim 64 and 128 (and 256 for sm_90a), N in {512 ...
@@ -101,10 +102,14 @@ def attention(args, tmp):
     Ns = [512, 1024, 2048, 4096, 8192, 16384]
     if args.quick:
         Ns = [1024, 8192]
+    if args.ns:
+        Ns = args.ns
     for dtn, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
         if args.dtype and dtn != args.dtype:
             continue
         for D in (64, 128) + ((256,) if args.arch == "sm_90a" else ()):
+            if args.head_dims and D not in args.head_dims:
+                continue
             for causal in (False, True):
                 name = f"bench_{dtn}_d{D}{'_causal' if causal else ''}"
                 src = attention_block(name, D, causal, dtn)
@@ -258,6 +263,8 @@ def main():
     ap.add_argument("--schedule", action="append", default=[],
                     help="also time the attention blocks under this schedule (e.g. 'warps(8);')")
     ap.add_argument("--only", choices=("attention", "mlp"))
+    ap.add_argument("--ns", type=int, nargs="+", help="attention at these sequence lengths only")
+    ap.add_argument("--head-dims", type=int, nargs="+", help="attention at these head dims only")
     args = ap.parse_args()
     os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")

@@ -180,7 +180,8 @@ def attention_cases(rep, kit, tmp, quick):
               "tile(64, 64); stages(3)")
     if ARCH == "sm_90a":   # a warpgroup per 64 rows: smaller row tiles are refused, said at compile time
         scheds = ("tile(64, 64)", "tile(128, 64)", "tile(64, 128)", "tile(192, 64)", "tile(128, 128); stages(1)",
-                  "tile(128, 128); stages(3)")
+                  "tile(128, 128); stages(3)", "persistent(1)", "pingpong(1)", "overlap(0)", "producer(0)",
+                  "producer(1)")
         src = attention_src("sched_small", 2, 2, 64, "f32", "j <= i", None, False) + \
             f"schedule sched_small for {ARCH} {{ tile(16, 16); }}\n"
         try:
@@ -196,6 +197,15 @@ def attention_cases(rep, kit, tmp, quick):
             mod = compile_src(kit, tmp, name, src)
             for N in (17, 300):
                 run_attention(rep, mod, name, name, 2, 2, 2, N, N, 64, acc, 1 / 8, causal, None, False)
+    if ARCH == "sm_90a":
+        # persistent blocks over more tiles than a section of tile_order
+        # (256), the last section short (B·H = 80 heads, 8 row tiles each)
+        for D in (64, 128):
+            name = f"persistent_d{D}"
+            src = attention_src(name, 20, 20, D, "f32", "j <= i", None, False) + \
+                f"schedule {name} for {ARCH} {{ persistent(1); }}\n"
+            mod = compile_src(kit, tmp, name, src)
+            run_attention(rep, mod, name, name, 4, 20, 20, 1000, 1000, D, "f32", 1 / math.sqrt(D), causal, None, False)
     # GQA, causal, both accumulators
     for acc in accs():
         name = f"gqa_d128_{acc}_causal"

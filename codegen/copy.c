@@ -188,25 +188,28 @@ bool tma_collect(Cg *cg, const Block *blk) {
             for (int k = 0; k < op->regions[r].nblocks; k++)
                 if (!tma_collect(cg, op->regions[r].blocks[k]))
                     return false;
-        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy") : NULL;
+        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy") : op->kind == OP_STORE ? op_attr(op, "nv.store") : NULL;
         if (!how || strcmp(how->s, "tma") != 0)
             continue;
+        /* a copy's box is its stage [rows, cols]; a store's, its tile */
         const Value *src = op->operands[0];
-        const Type *st = src->type, *dt = op->operands[1]->type;
+        const Type *st = src->type, *tt = op->operands[1]->type;
+        int64_t rows = op->kind == OP_STORE ? tt->dims[0].size : tt->dims[1].size;
+        int64_t cols = op->kind == OP_STORE ? tt->dims[1].size : tt->dims[2].size;
         Attr *dims = op_attr(op, "dims");
         int arg = -1;
         for (int i = 3; i < top->nargs; i++)
             if (top->args[i] == src)
                 arg = i - 3;
-        if (arg < 0 || st->rank > 5 || dt->rank != 3 || dt->dims[2].size % TMA_PANEL || dt->dims[1].size > 256 ||
+        if (arg < 0 || st->rank > 5 || tt->rank != (op->kind == OP_STORE ? 2 : 3) || cols % TMA_PANEL || rows > 256 ||
             !dims || dims->n != 2 || dims->elems[1]->i != st->rank - 1)
-            return cg_err(cg, op, "internal error: a TMA copy needs a box of rows of a kernel parameter's innermost "
-                                  "dim into [stages, rows <= 256, 64k columns] (run sm90a-layout)", NULL),
+            return cg_err(cg, op, "internal error: a TMA copy or store needs a box of rows of a kernel parameter's "
+                                  "innermost dim, at most 256 rows of 64k columns (run sm90a-layout)", NULL),
                    false;
         KernelTmap m = {.arg = arg, .rank = st->rank};
         for (int d = 0; d < st->rank; d++)
             m.box[d] = 1;
-        m.box[dims->elems[0]->i] = dt->dims[1].size;
+        m.box[dims->elems[0]->i] = rows;
         m.box[st->rank - 1] = TMA_PANEL;
         bool seen = false;
         for (int j = 0; j < cg->ntmaps; j++)
@@ -217,7 +220,8 @@ bool tma_collect(Cg *cg, const Block *blk) {
             cg->tmap_src[cg->ntmaps] = src;
             cg->tmaps[cg->ntmaps++] = m;
         }
-        map_put(cg->a, &cg->tma_bufs, op->operands[1], (void *)1);
+        if (op->kind == OP_COPY_ASYNC)
+            map_put(cg->a, &cg->tma_bufs, op->operands[1], (void *)1);
     }
     return true;
 }
@@ -272,6 +276,15 @@ static LLVMValueRef stage_bit(Cg *cg, LLVMValueRef stage) {
     return LLVMBuildShl(cg->b, ci32(cg, 1), LLVMBuildTrunc(cg->b, stage, cg->i32, ""), "");
 }
 
+/* The tensor map of a TMA copy or store: over tensor `src`, rows per box. */
+static int tmap_of(Cg *cg, const Op *op, const Value *src, int row_dim, int64_t rows) {
+    for (int j = 0; j < cg->ntmaps; j++)
+        if (cg->tmap_src[j] == src && cg->tmaps[j].box[row_dim] == rows)
+            return j;
+    cg_err(cg, op, "internal error: no tensor map for this TMA copy or store", NULL);
+    return -1;
+}
+
 void tma_copy(Cg *cg, const Op *op) {
     Mem *src, *dst;
     if (!copy_operands(cg, op, "tma", &src, &dst))
@@ -282,14 +295,9 @@ void tma_copy(Cg *cg, const Op *op) {
     Attr *dims = op_attr(op, "dims");
     int row_dim = (int)dims->elems[0]->i, rank = src->rank;
     int64_t rows = dst->cdims[1], cols = dst->cdims[2];
-    int map = -1;
-    for (int j = 0; j < cg->ntmaps; j++)
-        if (cg->tmap_src[j] == op->operands[0] && cg->tmaps[j].box[row_dim] == rows)
-            map = j;
-    if (map < 0) {
-        cg_err(cg, op, "internal error: no tensor map for this TMA copy", NULL);
+    int map = tmap_of(cg, op, op->operands[0], row_dim, rows);
+    if (map < 0)
         return;
-    }
     /* every warp is done with the stage this overwrites (see cp_async_copy);
      * under warp specialisation the producer waits for its empty barrier */
     if (cg->role == ROLE_ALL && (!op->prev || op->prev->kind != OP_COPY_ASYNC))
@@ -366,6 +374,79 @@ void tma_copy(Cg *cg, const Op *op) {
     c->kind = CV_TOKEN;
     c->tok = t;
     cv_put(cg, op->results[0], c);
+}
+
+/* tile.store {nv.store = "tma"} (sm90a-layout; FlashAttention-3's
+ * epilogue): the threads write the tile into a 128-byte-swizzled shared
+ * buffer (what the map's SWIZZLE_128B reads), fence it for the async proxy
+ * and meet; then one thread stores it, a cp.async.bulk.tensor per 64-column
+ * panel (rows past the tensor's end are not written: TMA clips the box),
+ * and waits until the buffer has been read, before any barrier that
+ * precedes its reuse (a persistent block's next tile, or memory reused
+ * after this op) and before the kernel returns. */
+void tma_store(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    Dist *d = m ? as_dist(cg, op, op->operands[1]) : NULL;
+    if (!d)
+        return;
+    int64_t rows = d->rows, cols = d->cols;
+    int row_dim = (int)op_attr(op, "dims")->elems[0]->i, rank = m->rank;
+    int map = tmap_of(cg, op, op->operands[0], row_dim, rows);
+    if (map < 0)
+        return;
+    LLVMValueRef base = smem_alloc_aligned(cg, rows * cols * esize(m->elem), 1024);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    LLVMValueRef own = tile_owner(cg, rows, cols);
+    LLVMBasicBlockRef join = if_begin(cg, own);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef row, col;
+        coords(cg, ps[k], rows, cols, &row, &col);
+        LLVMValueRef at = gep(cg, m->elem, base, smem_offset(cg, row, col, cols, rows, 128));
+        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
+        /* (columns 2t, 2t + 1 of a row: adjacent in a 16-byte chunk, one 4-byte store) */
+        if (k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
+            ps[k + 1].b == ps[k].b) {
+            LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, m->elem);
+            store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v, v1), cg->i32, ""), at);
+            k++;
+        } else {
+            store_elem(cg, m->elem, v, at);
+        }
+    }
+    if_end(cg, join);
+    proxy_fence(cg);
+    cg_barrier(cg);
+    LLVMValueRef co[8];
+    mem_coords(cg, op, m, 2, ci64(cg, 0), ci64(cg, 0), co);
+    join = if_begin(cg, thread0(cg));
+    LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->tmap_param[map], cg->i64, "");
+    StrBuf text;
+    strbuf_open(&text);
+    fprintf(text.f, "cp.async.bulk.tensor.%dd.global.shared::cta.bulk_group [$0, {", rank);
+    for (int i = 0; i < rank; i++)
+        fprintf(text.f, "%s$%d", i ? ", " : "", 2 + i);
+    fprintf(text.f, "}], [$1];");
+    const char *asm_text = strbuf_finish(&text, cg->a, NULL);
+    char cons[64] = "l,r";
+    for (int i = 0; i < rank; i++)
+        strcat(cons, ",r");
+    strcat(cons, ",~{memory}");
+    for (int64_t c0 = 0; c0 < cols; c0 += TMA_PANEL) {
+        LLVMValueRef args[7];
+        args[0] = tmap;
+        args[1] = ptr_i32(cg, gep(cg, m->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
+        for (int i = 0; i < rank; i++) {   /* coordinates innermost first */
+            LLVMValueRef c = co[rank - 1 - i];
+            if (i == 0)
+                c = add(cg, c, ci64(cg, c0));
+            args[2 + i] = LLVMBuildTrunc(cg->b, c, cg->i32, "");
+        }
+        cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 2 + rank);
+    }
+    cg_asm(cg, "cp.async.bulk.commit_group;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    cg_asm(cg, "cp.async.bulk.wait_group.read 0;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    if_end(cg, join);
 }
 
 /* The parity of the phase the fill of stage in flight completes: the

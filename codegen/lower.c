@@ -176,6 +176,11 @@ static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int6
  * memory (atomicrmw fadd: red.global.add where the result is unused);
  * elements outside the memref are skipped. */
 static void emit_store(Cg *cg, const Op *op) {
+    Attr *how = op_attr(op, "nv.store");
+    if (how && strcmp(how->s, "tma") == 0) {
+        tma_store(cg, op);
+        return;
+    }
     Mem *m = as_mem(cg, op, op->operands[0]);
     if (!m)
         return;
@@ -789,9 +794,30 @@ static void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
  * issues copies), and the most a thread may have. */
 enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
 
+/* A persistent kernel's tile t (of tiles_x · tiles_y) as pid (x, y), in
+ * FlashAttention-3's longest-first order: the y tiles (heads) go in
+ * sections of S = max(1, SECTION_TILES / tiles_x), and a section's tiles
+ * from the last x (under a causal mask the most keys) to the first, each x
+ * over the section's heads. The blocks, taking tiles round-robin, then end
+ * together however unequal the tiles are, and the K/V that a section's
+ * tiles read (SECTION_TILES row tiles' worth, 16 MB at head dim 128 for
+ * 128-row tiles) stays in L2 while they do. */
+enum { SECTION_TILES = 256 };
+static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
+    LLVMValueRef x = cg->tiles_x, y = cg->tiles_y;
+    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, SECTION_TILES), x, "");
+    LLVMValueRef s = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, per, ci64(cg, 0), ""), ci64(cg, 1), per, "");
+    LLVMValueRef first_y = mul(cg, LLVMBuildUDiv(cg->b, t, mul(cg, s, x), ""), s);
+    LLVMValueRef left = LLVMBuildSub(cg->b, y, first_y, "");
+    LLVMValueRef heads = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, left, s, ""), left, s, "");
+    LLVMValueRef r = LLVMBuildSub(cg->b, t, mul(cg, first_y, x), "");
+    pid[0] = LLVMBuildSub(cg->b, LLVMBuildSub(cg->b, x, ci64(cg, 1), ""), LLVMBuildUDiv(cg->b, r, heads, ""), "");
+    pid[1] = add(cg, first_y, LLVMBuildURem(cg->b, r, heads, ""));
+}
+
 /* The launch body for this block's tiles: once (pid = ctaid), or, for a
  * persistent kernel, for t = ctaid.x, + nctaid.x, ... below tiles_x ·
- * tiles_y with pid = (t % tiles_x, t / tiles_x, 0). Consumers start each
+ * tiles_y with pid = tile_order(t) and z = 0. Consumers start each
  * tile at a barrier (Q's shared copy is rewritten only when every warp is
  * done with the last tile's) and end it with no dot in flight and every
  * stage released. */
@@ -812,8 +838,10 @@ static void emit_tiles(Cg *cg, const Block *body) {
     LLVMAddIncoming(t, &first, &pre, 1);
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, t, total, ""), bodybb, exit);
     LLVMPositionBuilderAtEnd(cg->b, bodybb);
-    cv_put(cg, body->args[0], cv_scalar(cg, LLVMBuildURem(cg->b, t, cg->tiles_x, "")));
-    cv_put(cg, body->args[1], cv_scalar(cg, LLVMBuildUDiv(cg->b, t, cg->tiles_x, "")));
+    LLVMValueRef pid[2];
+    tile_order(cg, t, pid);
+    cv_put(cg, body->args[0], cv_scalar(cg, pid[0]));
+    cv_put(cg, body->args[1], cv_scalar(cg, pid[1]));
     cv_put(cg, body->args[2], cv_scalar(cg, ci64(cg, 0)));
     if (cg->role == ROLE_CONSUMER)
         cg_barrier(cg);

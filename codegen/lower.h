@@ -333,6 +333,7 @@ void cp_async_drain(Cg *cg);
 bool tma_collect(Cg *cg, const Block *blk);
 void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars);
 void tma_copy(Cg *cg, const Op *op);
+void tma_store(Cg *cg, const Op *op);   /* tile.store {nv.store = "tma"} */
 void tma_wait(Cg *cg, const Op *op);
 void tma_drain(Cg *cg);
 /* persistent consumers, after each tile: the fills in flight land and their

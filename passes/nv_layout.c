@@ -549,19 +549,82 @@ static const Op *narrow_shared_tile(const Lower *l, const Block *top, const Bloc
  * is rows of a contiguous run of the innermost dim, and the destination is
  * [stages, rows <= 256, 64-column panels], 128-byte swizzled (what
  * SWIZZLE_128B writes, a panel per TMA box). */
-static bool tma_copy_ok(const Block *top, const Op *op) {
-    const Value *src = op->operands[0];
-    const Type *st = src->type, *dt = op->operands[1]->type;
+static bool tma_box_ok(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols) {
+    const Type *st = src->type;
     bool param = false;
     for (int i = 3; i < top->nargs; i++)
         param |= top->args[i] == src;
-    Attr *dims = op_attr(op, "dims");
-    const Op *alloc = op->operands[1]->def;
     int inner = st->rank - 1;
     return param && st->rank <= 5 && is_16bit(st->elem) && !st->dims[inner].sym &&
            st->dims[inner].size * 2 % 16 == 0 && dims && dims->n == 2 && dims->elems[1]->i == inner &&
-           dims->elems[0]->i >= 0 && dims->elems[0]->i < inner && dt->rank == 3 && dt->dims[1].size <= 256 &&
-           dt->dims[2].size % 64 == 0 && alloc && op_attr(alloc, "nv.swizzle");
+           dims->elems[0]->i >= 0 && dims->elems[0]->i < inner && rows <= 256 && cols % 64 == 0;
+}
+
+static bool tma_copy_ok(const Block *top, const Op *op) {
+    const Type *dt = op->operands[1]->type;
+    const Op *alloc = op->operands[1]->def;
+    return dt->rank == 3 && tma_box_ok(top, op->operands[0], op_attr(op, "dims"), dt->dims[1].size, dt->dims[2].size) &&
+           alloc && op_attr(alloc, "nv.swizzle");
+}
+
+/* Under warp specialisation a global tile the dots read (Q, copied once into
+ * a shared scratch by the consumers) becomes a TMA copy the producer issues
+ * beside the first K/V copies, into a one-stage buffer the consumers wait
+ * for and release after its last reader (FlashAttention-3's Q): the
+ * consumers no longer load it themselves, and a persistent block's producer
+ * fetches the next tile's Q while they finish this one. */
+static void tma_scratch_loads(Arena *a, Op *launch) {
+    Block *body = launch->regions[0].blocks[0];
+    for (Op *op = body->first, *next; op; op = next) {
+        next = op->next;
+        Attr *operand = op_attr(op, "nv.operand");
+        if (op->kind != OP_LOAD || !operand || strcmp(operand->s, "scratch") != 0)
+            continue;
+        const Type *t = op->results[0]->type;
+        if (t->rank != 2 || t->dims[0].sym || t->dims[1].sym ||
+            !tma_box_ok(body, op->operands[0], op_attr(op, "dims"), t->dims[0].size, t->dims[1].size))
+            continue;
+        Builder b = {a, NULL, op, op->loc};
+        Dim dims[3] = {{NULL, 1}, t->dims[0], t->dims[1]};
+        Type *bt = type_shaped(a, TY_MEMREF, t->elem, 3, dims);
+        bt->space = AS_SHARED;
+        Value *buf = b_emit(&b, OP_ALLOC, bt, 0, NULL);
+        op_set_attr(a, buf->def, "nv.swizzle", attr_int(a, 128));
+        int n = op->noperands - 1;
+        Value **ops = NEW_ARRAY(a, Value *, n + 3);
+        ops[0] = op->operands[0];
+        ops[1] = buf;
+        ops[2] = b_index(&b, 0);
+        memcpy(ops + 3, op->operands + 1, sizeof(Value *) * (size_t)n);
+        Type *tok = NEW(a, Type);
+        tok->kind = TY_TOKEN;
+        Value *copy = b_emit(&b, OP_COPY_ASYNC, tok, n + 3, ops);
+        op_set_attr(a, copy->def, "dims", op_attr(op, "dims"));
+        op_set_attr(a, copy->def, "nv.copy", attr_str(a, "tma"));
+        b_emit(&b, OP_WAIT, NULL, 1, &copy);
+        Value *lops[4] = {buf, b_index(&b, 0), b_index(&b, 0), b_index(&b, 0)};
+        Value *ld = b_emit(&b, OP_LOAD, op->results[0]->type, 4, lops);
+        op_set_attr(a, ld->def, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 1), attr_int(a, 2)}));
+        op_set_attr(a, ld->def, "nv.operand", attr_str(a, "smem"));
+        replace_all_uses(launch, op->results[0], ld);
+        op_unlink(op);
+    }
+}
+
+/* Under warp specialisation a 16-bit tile stored whole into an output the
+ * kernel takes (O), at most 128 columns wide (with the buffers of head dim
+ * 256 it would not fit in shared memory), is stored by TMA (nv.store =
+ * "tma": through a swizzled shared buffer, codegen's tma_store). */
+static void tma_stores(Arena *a, const Block *body) {
+    for (Op *op = body->first; op; op = op->next) {
+        if (op->kind != OP_STORE)
+            continue;
+        const Type *t = op->operands[1]->type;
+        if (t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym && !t->dims[1].sym && t->dims[1].size <= 128 &&
+            op->operands[0]->type->elem == t->elem &&
+            tma_box_ok(body, op->operands[0], op_attr(op, "dims"), t->dims[0].size, t->dims[1].size))
+            op_set_attr(a, op, "nv.store", attr_str(a, "tma"));
+    }
 }
 
 /* Whether v is computed from x; seen: the values already looked at (each
@@ -704,16 +767,20 @@ static bool layout_launch(const Lower *l, Op *launch) {
         lw.tma = true;
         annotate_tma(a, body);
         /* warp specialisation: a producer warpgroup issues the copies.
-         * Default (measured on the H200, bench/RESULTS.md session 6): on
-         * for attention with 128-wide score tiles or key ranges that follow
-         * the query tile (causal, windows); off for 64-wide score tiles
+         * Default (measured on the H200, bench/RESULTS.md sessions 6 and
+         * 9): on for attention with 128-wide score tiles, outputs wider
+         * than 128 (head dim 256) or key ranges that follow the query tile
+         * (causal, windows); off for 64-wide score tiles
          * over every key (head dim 64, no mask), which without it fit two
          * blocks per SM and run faster so, and for GEMMs (no score tile;
          * the same speed either way). The schedule's producer(0|1) decides. */
         Attr *ws = op_attr(launch, "producer"), *pp = op_attr(launch, "pingpong");
-        bool specialise = ws ? ws->i != 0 : s.dot_cols > 64 || keys_follow_queries(a, body, body->args[0]);
+        bool specialise = ws ? ws->i != 0
+                              : s.dot_cols > 64 || (s.dot_cols && s.carried_cols > 128) || keys_follow_queries(a, body, body->args[0]);
         if (specialise) {
             op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
+            tma_scratch_loads(a, launch);
+            tma_stores(a, body);
             /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
             if (warps >= 8 && pp && pp->i)
                 op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
