@@ -798,10 +798,12 @@ enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
  * FlashAttention-3's longest-first order: the y tiles (heads) go in
  * sections of S = max(1, SECTION_TILES / tiles_x), and a section's tiles
  * from the last x (under a causal mask the most keys) to the first, each x
- * over the section's heads. The blocks, taking tiles round-robin, then end
- * together however unequal the tiles are, and the K/V that a section's
- * tiles read (SECTION_TILES row tiles' worth, 16 MB at head dim 128 for
- * 128-row tiles) stays in L2 while they do. */
+ * over the section's heads, so the K/V that a section's tiles read
+ * (SECTION_TILES row tiles' worth, 16 MB at head dim 128 for 128-row
+ * tiles) stays in L2 while they do. Taken round-robin, this balances the
+ * blocks at head dim 64 but not at 128 or 256, where the longest tiles of
+ * every section go to the same blocks (bench/tile_balance.py: 24–42 %
+ * apart); a dynamic order (an atomic tile counter) is the fix. */
 enum { SECTION_TILES = 256 };
 static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
     LLVMValueRef x = cg->tiles_x, y = cg->tiles_y;
