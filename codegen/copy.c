@@ -188,7 +188,9 @@ bool tma_collect(Cg *cg, const Block *blk) {
             for (int k = 0; k < op->regions[r].nblocks; k++)
                 if (!tma_collect(cg, op->regions[r].blocks[k]))
                     return false;
-        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy") : op->kind == OP_STORE ? op_attr(op, "nv.store") : NULL;
+        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy")
+                  : op->kind == OP_STORE      ? op_attr(op, "nv.store")
+                                              : NULL;
         if (!how || strcmp(how->s, "tma") != 0)
             continue;
         /* a copy's box is its stage [rows, cols]; a store's, its tile */

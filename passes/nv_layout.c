@@ -775,8 +775,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * blocks per SM and run faster so, and for GEMMs (no score tile;
          * the same speed either way). The schedule's producer(0|1) decides. */
         Attr *ws = op_attr(launch, "producer"), *pp = op_attr(launch, "pingpong");
-        bool specialise = ws ? ws->i != 0
-                              : s.dot_cols > 64 || (s.dot_cols && s.carried_cols > 128) || keys_follow_queries(a, body, body->args[0]);
+        bool wide = s.dot_cols > 64 || (s.dot_cols && s.carried_cols > 128);
+        bool specialise = ws ? ws->i != 0 : wide || keys_follow_queries(a, body, body->args[0]);
         if (specialise) {
             op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
             tma_scratch_loads(a, launch);
