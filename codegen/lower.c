@@ -820,9 +820,10 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
 /* The launch body for this block's tiles: once (pid = ctaid), or, for a
  * persistent kernel, for t = ctaid.x, + nctaid.x, ... below tiles_x ·
  * tiles_y with pid = tile_order(t) and z = 0. Consumers start each
- * tile at a barrier (Q's shared copy is rewritten only when every warp is
- * done with the last tile's) and end it with no dot in flight and every
- * stage released. */
+ * tile at a barrier (what they write to shared memory, such as O's
+ * TMA-store buffer, is rewritten only when every warp, and the store
+ * that read it, is done with the last tile's) and end it with no dot in
+ * flight and every stage released. */
 static void emit_tiles(Cg *cg, const Block *body) {
     if (!cg->persistent) {
         emit_block(cg, body, NULL, NULL);
