@@ -278,6 +278,18 @@ static LLVMValueRef stage_bit(Cg *cg, LLVMValueRef stage) {
     return LLVMBuildShl(cg->b, ci32(cg, 1), LLVMBuildTrunc(cg->b, stage, cg->i32, ""), "");
 }
 
+/* A box's coordinates as cp.async.bulk.tensor takes them: innermost first
+ * (as the tensor map lists its dims), 32-bit, the innermost moved to the
+ * 64-column panel that starts at column c0. */
+static void box_coords(Cg *cg, const LLVMValueRef *co, int rank, int64_t c0, LLVMValueRef *out) {
+    for (int d = 0; d < rank; d++) {
+        LLVMValueRef c = co[rank - 1 - d];
+        if (d == 0)
+            c = add(cg, c, ci64(cg, c0));
+        out[d] = LLVMBuildTrunc(cg->b, c, cg->i32, "");
+    }
+}
+
 /* The tensor map of a TMA copy or store: over tensor `src`, rows per box. */
 static int tmap_of(Cg *cg, const Op *op, const Value *src, int row_dim, int64_t rows) {
     for (int j = 0; j < cg->ntmaps; j++)
@@ -349,12 +361,7 @@ void tma_copy(Cg *cg, const Op *op) {
         LLVMValueRef args[8];
         args[0] = ptr_i32(cg, gep(cg, dst->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
         args[1] = tmap;
-        for (int d = 0; d < rank; d++) {
-            LLVMValueRef c = co[rank - 1 - d];
-            if (d == 0)
-                c = add(cg, c, ci64(cg, c0));
-            args[2 + d] = LLVMBuildTrunc(cg->b, c, cg->i32, "");
-        }
+        box_coords(cg, co, rank, c0, args + 2);
         args[2 + rank] = bar;
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 3 + rank);
     }
@@ -406,9 +413,7 @@ void tma_store(Cg *cg, const Op *op) {
         coords(cg, ps[k], rows, cols, &row, &col);
         LLVMValueRef at = gep(cg, m->elem, base, smem_offset(cg, row, col, cols, rows, 128));
         LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
-        /* (columns 2t, 2t + 1 of a row: adjacent in a 16-byte chunk, one 4-byte store) */
-        if (k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
-            ps[k + 1].b == ps[k].b) {
+        if (esize(m->elem) == 2 && pos_pair(ps, k, n)) {   /* (in one 16-byte chunk of the swizzle) */
             LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, m->elem);
             store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v, v1), cg->i32, ""), at);
             k++;
@@ -438,12 +443,7 @@ void tma_store(Cg *cg, const Op *op) {
         LLVMValueRef args[7];
         args[0] = tmap;
         args[1] = ptr_i32(cg, gep(cg, m->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
-        for (int i = 0; i < rank; i++) {   /* coordinates innermost first */
-            LLVMValueRef c = co[rank - 1 - i];
-            if (i == 0)
-                c = add(cg, c, ci64(cg, c0));
-            args[2 + i] = LLVMBuildTrunc(cg->b, c, cg->i32, "");
-        }
+        box_coords(cg, co, rank, c0, args + 2);
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 2 + rank);
     }
     cg_asm(cg, "cp.async.bulk.commit_group;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);

@@ -198,9 +198,7 @@ static void emit_store(Cg *cg, const Op *op) {
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
-        bool pair = k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
-                    ps[k + 1].b == ps[k].b;
-        if (!atomic && cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pair) {
+        if (!atomic && cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pos_pair(ps, k, n)) {
             store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
             k++;
             continue;

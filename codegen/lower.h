@@ -46,6 +46,14 @@ typedef struct Pos {
     int a, b, i;
 } Pos;
 
+/* Whether positions k and k + 1 of a thread are elements i, i + 1 (i even)
+ * of one register group: in the accumulator layouts, columns 2t and 2t + 1
+ * of a row, which a 16-bit tile stores with one 4-byte store. */
+static inline bool pos_pair(const Pos *ps, int k, int n) {
+    return k + 1 < n && ps[k].i % 2 == 0 && ps[k + 1].i == ps[k].i + 1 && ps[k + 1].a == ps[k].a &&
+           ps[k + 1].b == ps[k].b;
+}
+
 /* A tile in registers. */
 typedef struct Dist {
     ScalarKind elem;
