@@ -521,6 +521,12 @@ def main():
         run_attention(rep, mod, name, name, 1, 2, 1, 17, 17, 64, acc, 1 / 8, causal, None, False)
         mod = compile_src(args.kit, tmp, "san_cross", attention_src("san_cross", 2, 2, 128, "f32", None, None, True))
         run_attention(rep, mod, "san_cross", "san_cross", 1, 2, 2, 5, 70, 128, "f32", 128 ** -0.5, None, None, True)
+        if ARCH == "sm_90a":   # persistent blocks, more tiles (320) than blocks: the tile scheduler's ring turns
+            name = "san_persistent"
+            src = attention_src(name, 16, 16, 64, "f32", "j <= i", None, False) + \
+                f"schedule {name} for {ARCH} {{ persistent(1); }}\n"
+            mod = compile_src(args.kit, tmp, name, src)
+            run_attention(rep, mod, name, name, 4, 16, 16, 600, 600, 64, "f32", 1 / 8, causal, None, False)
     bad = [r for r in rep.rows if not r[5]]
     summary = (f"\n{len(rep.rows)} checks, {len(bad)} failed, {time.time() - t0:.0f} s\n" +
                "\n".join(f"FAIL {r[0]} {r[1]}: err {r[2]:.3e} > bound {r[4]:.3e} {r[6]}" for r in bad))

@@ -196,8 +196,8 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
         Attr *zeroed = op_attr(op, "zeroed");   /* outputs the runtime clears before the launch */
         for (int z = 0; zeroed && z < zeroed->n; z++)
             fprintf(man, "%s%s", z ? "," : " zero=", (const char *)map_get(&nm.of, op->results[zeroed->elems[z]->i]));
-        if (info.persistent)   /* loops over the grid's tiles; takes the grid's x and y after y_offset */
-            fprintf(man, " persistent=1");
+        if (info.persistent)   /* loops over the grid's tiles; takes the grid's x and y and a tile counter after y_offset */
+            fprintf(man, " persistent=counter");
         fputc('\n', man);
         /* the tensor maps it takes by value, after y_offset, in order */
         for (int j = 0; j < info.ntmaps; j++) {

@@ -272,7 +272,6 @@ static LLVMValueRef stage_bar(Cg *cg, const Ring *r, LLVMValueRef stage) {
     return ptr_i32(cg, gep(cg, SK_I64, r->bars, stage));
 }
 
-static void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity);
 
 static LLVMValueRef stage_bit(Cg *cg, LLVMValueRef stage) {
     return LLVMBuildShl(cg->b, ci32(cg, 1), LLVMBuildTrunc(cg->b, stage, cg->i32, ""), "");
@@ -318,33 +317,39 @@ void tma_copy(Cg *cg, const Op *op) {
         cg_barrier(cg);
     LLVMValueRef stage = as_scalar(cg, op, op->operands[2]);
     LLVMValueRef bit = stage_bit(cg, stage);
+    LLVMValueRef co[8];
+    for (int d = 0; d < rank; d++)
+        co[d] = as_scalar(cg, op, op->operands[3 + d]);
+    /* A box that starts past the tensor's end is never read: the key loops
+     * end before it (double-buffer moves the copies past a loop's end
+     * there), and the tensor may be empty, its map pointing nowhere. Such
+     * a copy is skipped whole, alike in every role (the same index
+     * arithmetic): no fill, no parity flipped, its stage left free, so a
+     * producer that runs ahead (persistent blocks) fills it with the next
+     * tile's first keys instead of waiting for its release. */
+    LLVMValueRef inside = LLVMBuildICmp(cg->b, LLVMIntSLT, co[row_dim], src->dims[row_dim], "");
+    LLVMValueRef bit_if = LLVMBuildSelect(cg->b, inside, bit, ci32(cg, 0), "");
     if (cg->role == ROLE_PRODUCER) {
         LLVMValueRef eph = LLVMBuildLoad2(cg->b, cg->i32, r->empty_phase, "");
         LLVMValueRef parity = LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, eph, LLVMBuildTrunc(cg->b, stage, cg->i32, ""), ""),
                                            ci32(cg, 1), "");
+        LLVMBasicBlockRef skip = if_begin(cg, inside);
         wait_phase(cg, ptr_i32(cg, gep(cg, SK_I64, r->empty, stage)), parity);
-        LLVMBuildStore(cg->b, LLVMBuildXor(cg->b, eph, bit, ""), r->empty_phase);
+        if_end(cg, skip);
+        LLVMBuildStore(cg->b, LLVMBuildXor(cg->b, eph, bit_if, ""), r->empty_phase);
     }
-    LLVMValueRef co[8];
-    for (int d = 0; d < rank; d++)
-        co[d] = as_scalar(cg, op, op->operands[3 + d]);
     LLVMValueRef bar = stage_bar(cg, r, stage);
     LLVMValueRef base = gep(cg, dst->elem, dst->ptr, mul(cg, stage, ci64(cg, dst->cstrides[0])));
-    /* A box that starts past the tensor's end is never read (the key loops
-     * end before it), but the tensor may be empty, and then its map points
-     * nowhere: such a box is not copied, its barrier armed with 0 bytes. */
-    LLVMValueRef inside = LLVMBuildICmp(cg->b, LLVMIntSLT, co[row_dim], src->dims[row_dim], "");
-    LLVMValueRef bytes = LLVMBuildSelect(cg->b, inside, ci32(cg, rows * cols * esize(dst->elem)), ci32(cg, 0), "");
+    LLVMValueRef bytes = ci32(cg, rows * cols * esize(dst->elem));
     /* the issuing thread: thread 0, or the producer warpgroup's first; the
      * consumers only keep count of the fills */
     LLVMValueRef issuer = cg->role == ROLE_PRODUCER
                               ? LLVMBuildICmp(cg->b, LLVMIntEQ, cg->tid, ci32(cg, 32 * cg->nwarps), "")
                               : cg->role == ROLE_ALL ? thread0(cg) : LLVMConstInt(cg->i1, 0, false);
-    LLVMBasicBlockRef join = if_begin(cg, issuer);
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, issuer, inside, ""));
     LLVMValueRef arm[2] = {bar, bytes};
     cg_asm(cg, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}",
            LLVMVoidTypeInContext(cg->ctx), arm, 2);
-    LLVMBasicBlockRef join2 = if_begin(cg, inside);
     /* coordinates innermost first, as the tensor map lists its dims */
     StrBuf text;
     strbuf_open(&text);
@@ -365,12 +370,12 @@ void tma_copy(Cg *cg, const Op *op) {
         args[2 + rank] = bar;
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 3 + rank);
     }
-    if_end(cg, join2);
     if_end(cg, join);
     /* the fill flips the stage's parity and is in flight */
     LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
-    LLVMBuildStore(cg->b, LLVMBuildXor(cg->b, LLVMBuildOr(cg->b, state, LLVMBuildShl(cg->b, bit, ci32(cg, 16), ""), ""),
-                                       bit, ""),
+    LLVMBuildStore(cg->b,
+                   LLVMBuildXor(cg->b, LLVMBuildOr(cg->b, state, LLVMBuildShl(cg->b, bit_if, ci32(cg, 16), ""), ""),
+                                bit_if, ""),
                    r->state);
     Token *t = NEW(cg->a, Token);
     t->dst = dst;
@@ -461,8 +466,9 @@ static LLVMValueRef fill_parity(Cg *cg, LLVMValueRef state, LLVMValueRef stage) 
     return LLVMBuildXor(cg->b, bit, ci32(cg, 1), "");
 }
 
-/* Spins until stage's mbarrier completes the phase with this parity. */
-static void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity) {
+/* Spins until the mbarrier at shared address bar (i32) completes the phase
+ * with this parity. */
+void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity) {
     LLVMBasicBlockRef spin = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tma_wait");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tma_ready");
     LLVMBuildBr(cg->b, spin);

@@ -10,6 +10,127 @@
 
 static void emit_block(Cg *cg, const Block *blk, const Value **yielded_ops, Cv **yielded);
 
+/* ---- index tiles: mask arithmetic in 32 bits ----------------------------------------
+ *
+ * A mask compares positions, as i64 (index) values: j <= i is j0 + c <= i0 +
+ * r for the tile's key and query offsets j0, i0 and the element's column and
+ * row c, r. In i64 each element costs several instructions (a pair of
+ * 32-bit compares, carries), and on the causal diagonal ptxas parked the
+ * 64 predicates a thread holds in registers. So an index tile made of
+ * iotas and uniform scalars is also kept as base + var + k: base one i64
+ * for the whole tile (i0, j0), var a 32-bit value of the thread's lane and
+ * warp, k a constant, both per element (the layout's coordinates are lane
+ * terms plus constants). Then c <= r + i0 − j0 is, per element,
+ * var_c − var_r − (i0 − j0) <= k_r − k_c: the left side one value for the
+ * whole tile (the var terms agree across elements), and one 32-bit
+ * compare with an immediate an element, which holds no extra registers.
+ * The i0 − j0 is clamped into 32 bits first, which keeps the order since
+ * the other terms are small. The i64 values are still made for any other
+ * use (LLVM drops those nobody reads). */
+enum { AFFINE_BOUND = 1 << 24 };   /* |var + k| stays below this; 2^30 clamps the base */
+
+typedef struct Affine {
+    const Dist *var, *k;   /* i32 values (NULL entries: 0) and i32 constants; NULL: all 0 */
+    LLVMValueRef base;     /* i64 */
+    int64_t bound;
+} Affine;
+
+/* The affine form of an index operand: a uniform scalar or an affine tile. */
+static bool affine_of(Cg *cg, const Value *v, Affine *f) {
+    Cv *c = cv_get(cg, v);
+    if (!c || elem_of(v) != SK_INDEX)
+        return false;
+    if (c->kind == CV_SCALAR) {
+        *f = (Affine){NULL, NULL, c->s, 0};
+        return true;
+    }
+    if (c->kind != CV_DIST || !c->d->affine)
+        return false;
+    *f = (Affine){c->d->var, c->d->k, c->d->base, c->d->bound};
+    return true;
+}
+
+static LLVMValueRef var_get(Cg *cg, const Affine *f, Pos p) { return f->var ? dist_get(cg, f->var, p) : NULL; }
+static int64_t k_get(Cg *cg, const Affine *f, Pos p) {
+    return f->k ? LLVMConstIntGetSExtValue(dist_get(cg, f->k, p)) : 0;
+}
+
+/* x ± y of var terms (NULL: 0) */
+static LLVMValueRef var_combine(Cg *cg, LLVMValueRef x, LLVMValueRef y, bool sub) {
+    if (!y)
+        return x;
+    if (!x)
+        return sub ? LLVMBuildNSWNeg(cg->b, y, "") : y;
+    return sub ? LLVMBuildNSWSub(cg->b, x, y, "") : LLVMBuildNSWAdd(cg->b, x, y, "");
+}
+
+/* A coordinate (i64, made of lane terms and constants by adds) as var + k. */
+static LLVMValueRef split_const(Cg *cg, LLVMValueRef v, int64_t *k) {
+    if (LLVMIsAConstantInt(v)) {
+        *k = LLVMConstIntGetSExtValue(v);
+        return NULL;
+    }
+    if (LLVMIsAInstruction(v) && LLVMGetInstructionOpcode(v) == LLVMAdd) {
+        int64_t k0, k1;
+        LLVMValueRef x = split_const(cg, LLVMGetOperand(v, 0), &k0), y = split_const(cg, LLVMGetOperand(v, 1), &k1);
+        *k = k0 + k1;
+        return var_combine(cg, x, y, false);
+    }
+    *k = 0;
+    return LLVMBuildTrunc(cg->b, v, cg->i32, "");
+}
+
+/* add/sub of two affine index operands: r (made by the caller, i64) gets
+ * the affine form too. */
+static void affine_add(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
+    Affine a, b;
+    if (!affine_of(cg, op->operands[0], &a) || !affine_of(cg, op->operands[1], &b) ||
+        a.bound + b.bound >= AFFINE_BOUND)
+        return;
+    bool sub = op->kind == OP_SUB;
+    r->affine = true;
+    r->bound = a.bound + b.bound;
+    r->base = sub ? LLVMBuildSub(cg->b, a.base, b.base, "") : add(cg, a.base, b.base);
+    if (!a.var && !b.var && !a.k && !b.k)
+        return;
+    r->var = dist_new(cg, SK_I32, r->rows, r->cols);
+    r->k = dist_new(cg, SK_I32, r->rows, r->cols);
+    for (int i = 0; i < n; i++) {
+        dist_set(cg, r->var, ps[i], var_combine(cg, var_get(cg, &a, ps[i]), var_get(cg, &b, ps[i]), sub));
+        int64_t k = sub ? k_get(cg, &a, ps[i]) - k_get(cg, &b, ps[i]) : k_get(cg, &a, ps[i]) + k_get(cg, &b, ps[i]);
+        dist_set(cg, r->k, ps[i], ci32(cg, (int)k));
+    }
+}
+
+/* cmp of two affine index operands into r (i1): false if either is not. */
+static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
+    Affine a, b;
+    if (!affine_of(cg, op->operands[0], &a) || !affine_of(cg, op->operands[1], &b) ||
+        a.bound + b.bound >= AFFINE_BOUND)
+        return false;
+    static const char *names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    static const LLVMIntPredicate ip[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+    const char *p = op_attr(op, "pred")->s;
+    int pred = -1;
+    for (int i = 0; i < 6; i++)
+        if (strcmp(p, names[i]) == 0)
+            pred = i;
+    if (pred < 0)
+        return false;
+    /* ba + va + ka <pred> bb + vb + kb  <=>  va − vb − (bb − ba) <pred> kb − ka */
+    LLVMValueRef d = LLVMBuildSub(cg->b, b.base, a.base, "");
+    LLVMValueRef hi = ci64(cg, (int64_t)1 << 30), lo = ci64(cg, -((int64_t)1 << 30));
+    d = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSGT, d, hi, ""), hi, d, "");
+    d = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, d, lo, ""), lo, d, "");
+    d = LLVMBuildTrunc(cg->b, d, cg->i32, "");
+    for (int i = 0; i < n; i++) {
+        LLVMValueRef v = var_combine(cg, var_combine(cg, var_get(cg, &a, ps[i]), var_get(cg, &b, ps[i]), true), d, true);
+        int64_t k = k_get(cg, &b, ps[i]) - k_get(cg, &a, ps[i]);
+        dist_set(cg, r, ps[i], LLVMBuildICmp(cg->b, ip[pred], v, ci32(cg, (int)k), ""));
+    }
+    return true;
+}
+
 static void emit_elementwise(Cg *cg, const Op *op) {
     const Type *rt = op->results[0]->type;
     if (rt->kind == TY_SCALAR) {
@@ -34,12 +155,18 @@ static void emit_elementwise(Cg *cg, const Op *op) {
     Dist *r = dist_new(cg, rt->elem, rows, cols);
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
+    if (op->kind == OP_CMP && index_cmp(cg, op, r, ps, n)) {
+        cv_put(cg, op->results[0], cv_dist(cg, r));
+        return;
+    }
     for (int k = 0; k < n; k++) {
         LLVMValueRef x[3];
         for (int i = 0; i < op->noperands; i++)
             x[i] = dist_get(cg, ops[i], ps[k]);
         dist_set(cg, r, ps[k], scalar_op(cg, op, rt->elem, x, ks));
     }
+    if ((op->kind == OP_ADD || op->kind == OP_SUB) && rt->elem == SK_INDEX)
+        affine_add(cg, op, r, ps, n);
     cv_put(cg, op->results[0], cv_dist(cg, r));
 }
 
@@ -255,6 +382,8 @@ static void emit_splat_iota(Cg *cg, const Op *op) {
     if (op->kind == OP_SPLAT) {
         Dist *d = dist_new(cg, rt->elem, 1, 1);
         d->v[0] = as_scalar(cg, op, op->operands[0]);
+        if (rt->elem == SK_INDEX)   /* base alone */
+            d->affine = true, d->base = d->v[0];
         cv_put(cg, op->results[0], cv_dist(cg, d));
         return;
     }
@@ -266,6 +395,18 @@ static void emit_splat_iota(Cg *cg, const Op *op) {
         LLVMValueRef r, c;
         coords(cg, ps[k], rows, cols, &r, &c);
         dist_set(cg, d, ps[k], cg_cast(cg, axis == 0 ? r : c, SK_INDEX, rt->elem));
+    }
+    if (rt->elem == SK_INDEX && (axis == 0 ? rows : cols) < AFFINE_BOUND) {   /* var + k alone */
+        d->affine = true;
+        d->base = ci64(cg, 0);
+        d->bound = axis == 0 ? rows : cols;
+        d->var = dist_new(cg, SK_I32, rows, cols);
+        d->k = dist_new(cg, SK_I32, rows, cols);
+        for (int i = 0; i < n; i++) {
+            int64_t k;
+            dist_set(cg, d->var, ps[i], split_const(cg, dist_get(cg, d, ps[i]), &k));
+            dist_set(cg, d->k, ps[i], ci32(cg, (int)k));
+        }
     }
     cv_put(cg, op->results[0], cv_dist(cg, d));
 }
@@ -798,10 +939,8 @@ enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
  * from the last x (under a causal mask the most keys) to the first, each x
  * over the section's heads, so the K/V that a section's tiles read
  * (SECTION_TILES row tiles' worth, 16 MB at head dim 128 for 128-row
- * tiles) stays in L2 while they do. Taken round-robin, this balances the
- * blocks at head dim 64 but not at 128 or 256, where the longest tiles of
- * every section go to the same blocks (bench/tile_balance.py: 24–42 %
- * apart); a dynamic order (an atomic tile counter) is the fix. */
+ * tiles) stays in L2 while they do. The blocks take the tiles in this
+ * order as they become free (the tile scheduler below). */
 enum { SECTION_TILES = 256 };
 static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
     LLVMValueRef x = cg->tiles_x, y = cg->tiles_y;
@@ -815,46 +954,127 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
     pid[1] = add(cg, first_y, LLVMBuildURem(cg->b, r, heads, ""));
 }
 
+/* ---- persistent blocks: the tile scheduler ---------------------------------------
+ *
+ * FlashAttention-3's dynamic scheduler. Block b starts with tile b; its
+ * producer then takes the next as nctaid.x + atomicAdd(tile_counter, 1),
+ * a word libattnrt zeroes before the launch, so the block that finishes
+ * first takes the next tile of tile_order's longest-first order
+ * (bench/tile_balance.py: the slowest block 1.00–1.03 of the mean, against
+ * 1.24–1.42 taking the tiles round-robin at head dims 128 and 256). The
+ * producer's copier warp hands each tile index to the consumers through
+ * one i64 slot in shared memory and two named barriers of the consumers
+ * and that warp (FlashAttention-3's, and what compute-sanitizer's racecheck
+ * follows; an mbarrier ring it reported as a race): the producer writes
+ * the slot and arrives at FULL, the consumers sync there, read it and
+ * arrive at EMPTY, where the producer syncs before writing the next. An
+ * index past the last tile ends both roles (the consumers then arrive no
+ * more). */
+enum { SCHED_FULL, SCHED_EMPTY };
+
+/* Named barriers after the consumers' (1) and ping-pong's (2 + w). */
+static void sched_bar(Cg *cg, const char *how, int which) {
+    int id = 2 + cg->nwarps / 4 + which;
+    cg_asm(cg, arena_printf(cg->a, "bar.%s %d, %d;", how, id, cg->threads + 32), "~{memory}",
+           LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+}
+
+/* Made by every thread before the roles part. */
+static void sched_init(Cg *cg) { cg->sched = smem_alloc_aligned(cg, 8, 8); }
+
+/* The producer publishes its i-th tile t (lane 0 writes; the warp arrives). */
+static void sched_publish(Cg *cg, LLVMValueRef i, LLVMValueRef t) {
+    LLVMBasicBlockRef after_first = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntNE, i, ci32(cg, 0), ""));
+    sched_bar(cg, "sync", SCHED_EMPTY);
+    if_end(cg, after_first);
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
+    LLVMBuildStore(cg->b, t, cg->sched);
+    if_end(cg, join);
+    sched_bar(cg, "arrive", SCHED_FULL);
+}
+
+/* The consumers take the next tile index; they free the slot unless it
+ * ends the loop (past the last tile: the producer has returned). */
+static LLVMValueRef sched_take(Cg *cg, LLVMValueRef total) {
+    sched_bar(cg, "sync", SCHED_FULL);
+    LLVMValueRef t = LLVMBuildLoad2(cg->b, cg->i64, cg->sched, "tile");
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, t, total, ""));
+    sched_bar(cg, "arrive", SCHED_EMPTY);
+    if_end(cg, join);
+    return t;
+}
+
+/* The producer's next tile, taken at the start of this one (the atomic's
+ * latency then hides behind the copies): lane 0 asks, the warp shares. */
+static LLVMValueRef sched_ask(Cg *cg) {
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
+    LLVMBasicBlockRef asked = LLVMGetInsertBlock(cg->b);
+    LLVMValueRef got = LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpAdd, cg->tile_counter, ci32(cg, 1),
+                                          LLVMAtomicOrderingMonotonic, false);
+    if_end(cg, join);
+    LLVMValueRef v = LLVMBuildPhi(cg->b, cg->i32, "");
+    LLVMValueRef zero = ci32(cg, 0);
+    LLVMAddIncoming(v, &got, &asked, 1);
+    LLVMAddIncoming(v, &zero, &pre, 1);
+    return v;
+}
+
 /* The launch body for this block's tiles: once (pid = ctaid), or, for a
- * persistent kernel, for t = ctaid.x, + nctaid.x, ... below tiles_x ·
- * tiles_y with pid = tile_order(t) and z = 0. Consumers start each
- * tile at a barrier (what they write to shared memory, such as O's
- * TMA-store buffer, is rewritten only when every warp, and the store
- * that read it, is done with the last tile's) and end it with no dot in
- * flight and every stage released. */
+ * persistent kernel, for each tile the scheduler gives it, with pid =
+ * tile_order(t) and z = 0. Consumers start each tile at a barrier (what
+ * they write to shared memory, such as O's TMA-store buffer, is rewritten
+ * only when every warp, and the store that read it, is done with the last
+ * tile's) and end it with no dot in flight and every stage released. */
 static void emit_tiles(Cg *cg, const Block *body) {
     if (!cg->persistent) {
         emit_block(cg, body, NULL, NULL);
         return;
     }
+    bool producer = cg->role == ROLE_PRODUCER;
     LLVMValueRef total = mul(cg, cg->tiles_x, cg->tiles_y);
-    LLVMValueRef first = zext64(cg, sreg(cg, "ctaid.x")), step = zext64(cg, sreg(cg, "nctaid.x"));
+    LLVMValueRef first = zext64(cg, sreg(cg, "ctaid.x")), grid = zext64(cg, sreg(cg, "nctaid.x"));
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
     LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile");
     LLVMBasicBlockRef bodybb = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_body");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tiles_done");
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, head);
-    LLVMValueRef t = LLVMBuildPhi(cg->b, cg->i64, "tile");
-    LLVMAddIncoming(t, &first, &pre, 1);
+    LLVMValueRef i = LLVMBuildPhi(cg->b, cg->i32, "tile_i"), zero = ci32(cg, 0);
+    LLVMAddIncoming(i, &zero, &pre, 1);
+    LLVMValueRef t = NULL;
+    if (producer) {
+        t = LLVMBuildPhi(cg->b, cg->i64, "tile");
+        LLVMAddIncoming(t, &first, &pre, 1);
+        sched_publish(cg, i, t);
+    } else {
+        t = sched_take(cg, total);
+    }
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, t, total, ""), bodybb, exit);
     LLVMPositionBuilderAtEnd(cg->b, bodybb);
+    LLVMValueRef asked = producer ? sched_ask(cg) : NULL;
     LLVMValueRef pid[2];
     tile_order(cg, t, pid);
     cv_put(cg, body->args[0], cv_scalar(cg, pid[0]));
     cv_put(cg, body->args[1], cv_scalar(cg, pid[1]));
     cv_put(cg, body->args[2], cv_scalar(cg, ci64(cg, 0)));
-    if (cg->role == ROLE_CONSUMER)
+    if (!producer)
         cg_barrier(cg);
     emit_block(cg, body, NULL, NULL);
     if (cg->failed)
         return;
-    if (cg->role == ROLE_CONSUMER) {
+    if (!producer) {
         cg->target->complete(cg, NULL);
         tma_drain_release(cg);
     }
-    LLVMValueRef next = LLVMBuildAdd(cg->b, t, step, "");
-    LLVMAddIncoming(t, &next, (LLVMBasicBlockRef[]){LLVMGetInsertBlock(cg->b)}, 1);
+    LLVMValueRef next_i = LLVMBuildAdd(cg->b, i, ci32(cg, 1), "");
+    if (producer) {
+        LLVMValueRef args[4] = {ci32(cg, -1), asked, ci32(cg, 0), ci32(cg, 31)};
+        LLVMValueRef n = cg_call(cg, "llvm.nvvm.shfl.sync.idx.i32", cg->i32, args, 4);
+        LLVMValueRef next = add(cg, LLVMBuildZExt(cg->b, n, cg->i64, ""), grid);
+        LLVMAddIncoming(t, &next, (LLVMBasicBlockRef[]){LLVMGetInsertBlock(cg->b)}, 1);
+    }
+    LLVMAddIncoming(i, &next_i, (LLVMBasicBlockRef[]){LLVMGetInsertBlock(cg->b)}, 1);
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, exit);
 }
@@ -868,6 +1088,8 @@ static void emit_specialised(Cg *cg, const Block *body) {
     for (const Op *op = body->first; op && !cg->failed; op = op->next)
         if (op->kind == OP_ALLOC && map_get(&cg->tma_bufs, op->results[0]))
             emit_alloc(cg, op);
+    if (cg->persistent)
+        sched_init(cg);
     Map shared;   /* the values both roles see: the parameters, the buffers */
     map_copy(cg->a, &shared, &cg->vals);
     LLVMBasicBlockRef prod = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "producer");
@@ -983,11 +1205,11 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     if (!tma_collect(cg, body))
         return false;
     int nmem = launch->noperands - 3 + launch->nresults;
-    int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->persistent ? 2 : 0), nparams = tmap0 + cg->ntmaps;
+    int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->persistent ? 3 : 0), nparams = tmap0 + cg->ntmaps;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
     for (int i = 0; i < nparams; i++)
-        pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32 : i < tmap0 ? cg->i64
-                                                                                    : LLVMPointerTypeInContext(ctx, 0);
+        pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32
+                : i >= tmap0 ? LLVMPointerTypeInContext(ctx, 0) : i < y_param + 3 ? cg->i64 : cg->p1;
     LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), pt, (unsigned)nparams, false);
     cg->fn = LLVMAddFunction(mod, k->name, ft);
     LLVMSetFunctionCallConv(cg->fn, 71 /* ptx_kernel */);
@@ -1004,8 +1226,10 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     if (cg->persistent) {
         cg->tiles_x = LLVMGetParam(cg->fn, (unsigned)y_param + 1);
         cg->tiles_y = LLVMGetParam(cg->fn, (unsigned)y_param + 2);
+        cg->tile_counter = LLVMGetParam(cg->fn, (unsigned)y_param + 3);
         LLVMSetValueName2(cg->tiles_x, "tiles_x", 7);
         LLVMSetValueName2(cg->tiles_y, "tiles_y", 7);
+        LLVMSetValueName2(cg->tile_counter, "tile_counter", 12);
     }
     /* A CUtensorMap (128 bytes) by value: byval, 64-byte aligned, and
      * grid_constant, so that its address is the parameter's own (cvta.param,

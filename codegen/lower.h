@@ -60,6 +60,15 @@ typedef struct Dist {
     int64_t rows, cols;   /* the tile's shape; 1 means broadcast along that axis */
     int n;                /* storage slots */
     LLVMValueRef *v;
+    /* An index tile made of iotas and uniform scalars (a mask's positions,
+     * i + r, j + c): each element is also base + var + k, base one i64 for
+     * the whole tile, var an i32 (NULL: 0) and k an i32 constant per element
+     * (var/k NULL: all 0), |var + k| <= bound; comparing two such tiles is
+     * one 32-bit compare with an immediate an element (lower.c, index_cmp) */
+    bool affine;
+    struct Dist *var, *k;
+    LLVMValueRef base;
+    int64_t bound;
 } Dist;
 
 /* A 2-D window of shared memory holding a tile (row-major, `stride` elements
@@ -232,6 +241,8 @@ struct Cg {
      * the next tile's K/V while the consumers finish this one */
     bool persistent;
     LLVMValueRef tiles_x, tiles_y;
+    LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
+    LLVMValueRef sched;          /* shared: the tile scheduler's ring (lower.c, emit_tiles) */
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
     Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */
     /* sm_90a: dots issued (committed wgmma groups) and not yet waited for,
@@ -349,6 +360,7 @@ void tma_drain(Cg *cg);
 void tma_drain_release(Cg *cg);
 /* warp specialisation: the stage a tile.wait waited for is free (consumer) */
 void tma_release(Cg *cg, const Token *t);
+void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity);
 /* ping-pong: bar.sync / bar.arrive on warpgroup wg's turn (sm90a.c) */
 void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg);
 

@@ -114,7 +114,34 @@ typedef struct Chain {
     PtrVec loads;          /* the original loads (unlinked) */
     Value **bufs;
     int ncarried;
+    Op **fresh;            /* its copies of iteration it + S - 1 (one per load) */
+    Value *ahead;          /* their index: iv + step·(S - 1) */
 } Chain;
+
+/* The chain ends with its last loop: the copies that loop issues at
+ * iv + step·(S - 1) >= ub fetch tiles nobody reads (in a causal row, the
+ * tiles past the diagonal: a tenth to a third of a short row's K/V). Their
+ * index becomes the dim's size instead, past the tensor's end, which every
+ * target fetches nothing for (a TMA box past the end is not issued, cp.async
+ * loads only elements inside). Only where copies are asynchronous: with
+ * register prefetch (sm_70) the select cost the sliding-window kernel a
+ * spill, for one tile a row. */
+static void end_chain(PassContext *ctx, Chain *chain, bool async) {
+    if (!async || !chain->loop || !chain->fresh)
+        return;
+    for (int c = 0; c < chain->loads.len; c++) {
+        Op *cp = chain->fresh[c];
+        const Type *mt = cp->operands[0]->type;
+        for (int i = 3; i < cp->noperands; i++) {
+            if (cp->operands[i] != chain->ahead)
+                continue;
+            Builder b = {ctx->arena, NULL, cp, cp->loc};
+            Value *inside = b_cmp(&b, "lt", chain->ahead, chain->ub);
+            cp->operands[i] = b_select(&b, inside, chain->ahead, b_dim(&b, mt->dims[i - 3]));
+        }
+    }
+    chain->loop = NULL;
+}
 
 static bool same_dims(const Attr *x, const Attr *y) {
     if (!x || !y || x->kind != AT_ARRAY || y->kind != AT_ARRAY || x->n != y->n)
@@ -174,6 +201,8 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * flight hold no registers (target.h async_copies). */
     bool continues = chains && chain->loop && chain->ub == lb && same_value(chain->step, step) &&
                      same_loads(&chain->loads, chain->loop->regions[0].blocks[0]->args[0], &loads, iv);
+    if (!continues)
+        end_chain(ctx, chain, chains);
     Op *before_prologue = loop->prev;
     Value **bufs = NEW_ARRAY(a, Value *, n);
     Value **toks = NEW_ARRAY(a, Value *, n * (S - 1));
@@ -278,7 +307,10 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     for (int i = 0; i < ncarried; i++)
         replace_all_uses(root, loop->results[i], nl->results[i]);
     op_unlink(loop);
-    *chain = (Chain){nl, iv_base, nl->operands[1], step, loads, bufs, ncarried};
+    Op **fresh_ops = NEW_ARRAY(a, Op *, n);
+    for (int c = 0; c < n; c++)
+        fresh_ops[c] = fresh[c]->def;
+    *chain = (Chain){nl, iv_base, nl->operands[1], step, loads, bufs, ncarried, fresh_ops, ahead};
 }
 
 static int64_t stages_for(const Op *func, const char *arch) {
@@ -305,6 +337,7 @@ static bool run(Op *module, PassContext *ctx, Mistake mistake) {
                 if (op->kind == OP_FOR)
                     pipeline_loop(ctx, op, S, mistake, &chain, target && target->async_copies);
             }
+            end_chain(ctx, &chain, target && target->async_copies);
         }
     }
     return true;

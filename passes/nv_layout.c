@@ -567,9 +567,40 @@ static bool tma_copy_ok(const Block *top, const Op *op) {
            alloc && op_attr(alloc, "nv.swizzle");
 }
 
+/* Moves [first, last] (a new buffer, its index constants, its copy) up
+ * past the pure ops, allocs and copies before it that define none of its
+ * operands: Q's copy then goes ahead of the first K/V copies, which
+ * double-buffer hoisted above Q's load. A persistent block's producer, which
+ * issues them in this order, so fetches the next tile's Q as soon as the
+ * consumers release the buffer, not after K's first stage is free too. */
+static void hoist_copy(Op *first, Op *last) {
+    Op *pos = first;
+    for (;;) {
+        Op *p = pos->prev;
+        if (!p || !((op_info[p->kind].flags & OPF_PURE) || p->kind == OP_ALLOC || p->kind == OP_COPY_ASYNC))
+            break;
+        bool used = false;
+        for (Op *o = first; o != last->next && !used; o = o->next)
+            for (int i = 0; i < o->noperands; i++)
+                for (int r = 0; r < p->nresults; r++)
+                    used |= o->operands[i] == p->results[r];
+        if (used)
+            break;
+        pos = p;
+    }
+    if (pos == first)
+        return;
+    Op *stop = last->next;
+    for (Op *o = first, *next; o != stop; o = next) {
+        next = o->next;
+        op_unlink(o);
+        op_insert_before(pos, o);
+    }
+}
+
 /* Under warp specialisation a global tile the dots read (Q, copied once into
  * a shared scratch by the consumers) becomes a TMA copy the producer issues
- * beside the first K/V copies, into a one-stage buffer the consumers wait
+ * before the first K/V copies, into a one-stage buffer the consumers wait
  * for and release after its last reader (FlashAttention-3's Q): the
  * consumers no longer load it themselves, and a persistent block's producer
  * fetches the next tile's Q while they finish this one. */
@@ -601,6 +632,7 @@ static void tma_scratch_loads(Arena *a, Op *launch) {
         Value *copy = b_emit(&b, OP_COPY_ASYNC, tok, n + 3, ops);
         op_set_attr(a, copy->def, "dims", op_attr(op, "dims"));
         op_set_attr(a, copy->def, "nv.copy", attr_str(a, "tma"));
+        hoist_copy(buf->def, copy->def);
         b_emit(&b, OP_WAIT, NULL, 1, &copy);
         Value *lops[4] = {buf, b_index(&b, 0), b_index(&b, 0), b_index(&b, 0)};
         Value *ld = b_emit(&b, OP_LOAD, op->results[0]->type, 4, lops);

@@ -155,19 +155,21 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     /* f32 before the change of base: log2(e) folded into an f16 scale, or
      * f16 scores times log2(e), would be off by ~2^-11 relative, which exp
      * turns into an error of ~s·2^-11 (1.5% at softcap 30) */
-    Value *ninf = b_float(&b, types[0]->elem, -INFINITY), *zero = b_float(&b, types[0]->elem, 0);
+    Value *ninf = b_float(&b, types[0]->elem, -INFINITY);
     Value *x, *valid, *m_new, *p;
     double c;
     if (scaled_scores(pv.scores, &x, &valid, &c)) {
         /* FlashAttention-2's form: the row max of the unscaled scores, scaled
          * once per row (max commutes with rounding x·c, c > 0), and
-         * p = exp2(x·c − m), one fma per score; masked scores give p = 0 */
+         * p = exp2(x·c − m), one fma per score. A masked score is -inf in
+         * both: m stays finite (it starts at -FLT_MAX, fuse_chain), so its
+         * p = exp2(-inf) = 0 with no second select, and the mask is dead
+         * once the scores are (64 predicates a thread would otherwise stay
+         * live across the row max, which ptxas parks in registers) */
         Value *k = b_float(&b, SK_F32, c * 1.4426950408889634);
         Value *xm = valid ? b_select(&b, valid, x, ninf) : x;
         m_new = b_bin(&b, OP_MAX, m, b_bin(&b, OP_MUL, b_row_reduce(&b, "max", xm), k));
-        p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, b_bin(&b, OP_MUL, x, k), m_new));
-        if (valid)
-            p = b_select(&b, valid, p, zero);
+        p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, b_bin(&b, OP_MUL, xm, k), m_new));
     } else {
         Value *s = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
                                                    : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),

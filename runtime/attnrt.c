@@ -66,6 +66,8 @@ typedef struct KernelSpec {
     bool persistent;      /* loops over the grid's tiles itself: launched with one block per resident
                              slot, told the grid's x and y (after the first y) */
     int64_t resident;     /* persistent: its blocks the GPU holds at once (0: not asked yet) */
+    void *tile_counter;   /* persistent: the tiles its blocks have taken (a device word, zeroed in the
+                             stream before each launch; shared by its launches, like the temporaries) */
     int nargs;
     int args[MAX_ARGS];   /* tensor indices */
     void *fn;             /* CUfunction, once loaded */
@@ -293,8 +295,13 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
         k->smem = atoll(smem);
         const char *ysplit = get(e, "ysplit");   /* optional */
         k->ysplit = ysplit && strcmp(ysplit, "1") == 0;
-        const char *persistent = get(e, "persistent");   /* optional */
-        k->persistent = persistent && strcmp(persistent, "1") == 0;
+        const char *persistent = get(e, "persistent");   /* optional: "counter", the one kind there is */
+        if (persistent && strcmp(persistent, "counter") != 0)
+            return fail(ATTNRT_ERROR_MANIFEST,
+                        "manifest line %d: persistent=%s is not a kind this libattnrt knows (it knows 'counter': "
+                        "recompile the block with this attnc)",
+                        lineno, persistent);
+        k->persistent = persistent != NULL;
         if (k->persistent && strcmp(k->grid[2], "1") != 0)   /* its blocks loop over x and y only */
             return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: a persistent kernel needs grid z = 1, not '%s'",
                         lineno, k->grid[2]);
@@ -469,6 +476,10 @@ void attnrt_unload(attnrt_module *m) {
         for (int t = 0; t < MAX_TENSORS; t++)
             if (m->blocks[b].temp[t])
                 cuda_free(m->blocks[b].temp[t]);
+    for (int b = 0; b < m->nblocks; b++)
+        for (int k = 0; k < m->blocks[b].nkernels; k++)
+            if (m->blocks[b].kernels[k].tile_counter)
+                cuda_free(m->blocks[b].kernels[k].tile_counter);
     if (m->cumod)
         cuda_module_unload(m->cumod);
     free(m->blocks);
@@ -975,7 +986,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             if (bytes && (rc = cuda_memset_async(ptrs[k->zero[z]], 0, bytes, stream)))
                 return rc;
         }
-        void *params[MAX_ARGS + MAX_DIMS + 1 + MAX_TMAPS];
+        void *params[MAX_ARGS + MAX_DIMS + 4 + MAX_TMAPS];   /* 4: y_offset, a persistent kernel's three */
         int np = 0;
         for (int i = 0; i < k->nargs; i++)
             params[np++] = &ptrs[k->args[i]];
@@ -987,8 +998,16 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         if (k->ysplit)
             params[np++] = &y_offset;
         if (k->persistent) {   /* grid[0] · grid[1] tiles (z is 1), as many blocks as fit the GPU at once */
+            if (grid[0] * grid[1] > INT32_MAX / 2)   /* its tile counter is 32-bit */
+                return fail(ATTNRT_ERROR_ARGUMENT, "kernel %s: %lld tiles are more than a persistent kernel counts",
+                            k->name, (long long)(grid[0] * grid[1]));
+            if (!k->tile_counter && (rc = cuda_malloc(&k->tile_counter, 4)))
+                return rc;
+            if ((rc = cuda_memset_async(k->tile_counter, 0, 4, stream)))
+                return rc;
             params[np++] = &grid[0];
             params[np++] = &grid[1];
+            params[np++] = &k->tile_counter;
         }
         for (int j = 0; j < k->ntmaps; j++)
             params[np++] = k->tmaps[j].map;

@@ -58,16 +58,19 @@ int main(int argc, char **argv) {
     report("tmap-box-size", attnrt_load_data(tmap_big, sizeof tmap_big - 1, &m));
     const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
     report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
-    /* persistent=1: blocks that loop over the grid's x and y (sm_90a), so z must be 1 */
+    /* persistent=counter: blocks that loop over the grid's x and y (sm_90a), so z must be 1;
+     * another kind (an older attnc's persistent=1 took no tile counter) is refused */
 #define PERSISTENT_HEAD "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n" \
                         "// dims names=N\n// tensor role=in name=k dtype=f16 shape=N,64\n"
-    const char persistent_good[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k persistent=1\n"
+    const char persistent_good[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k persistent=counter\n"
                                                    "// end\n";
     report("persistent-good", attnrt_load_data(persistent_good, sizeof persistent_good - 1, &m));
     attnrt_unload(m);
     m = NULL;
-    const char persistent_z[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;N threads=384 smem=0 args=k persistent=1\n";
+    const char persistent_z[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;N threads=384 smem=0 args=k persistent=counter\n";
     report("persistent-z", attnrt_load_data(persistent_z, sizeof persistent_z - 1, &m));
+    const char persistent_old[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k persistent=1\n";
+    report("persistent-kind", attnrt_load_data(persistent_old, sizeof persistent_old - 1, &m));
     /* zero=: tensors the runtime clears before a launch (the backward's dQ accumulator) */
 #define ZERO_HEAD "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
                   "// tensor role=in name=k dtype=f16 shape=N,64\n// tensor role=tmp name=tmp0 dtype=f32 shape=N,64\n"
