@@ -1040,10 +1040,11 @@ static void emit_tiles(Cg *cg, const Block *body) {
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tiles_done");
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, head);
-    LLVMValueRef i = LLVMBuildPhi(cg->b, cg->i32, "tile_i"), zero = ci32(cg, 0);
-    LLVMAddIncoming(i, &zero, &pre, 1);
-    LLVMValueRef t = NULL;
+    LLVMValueRef i = NULL, t = NULL;   /* the producer counts its tiles (i) */
     if (producer) {
+        LLVMValueRef zero = ci32(cg, 0);
+        i = LLVMBuildPhi(cg->b, cg->i32, "tile_i");
+        LLVMAddIncoming(i, &zero, &pre, 1);
         t = LLVMBuildPhi(cg->b, cg->i64, "tile");
         LLVMAddIncoming(t, &first, &pre, 1);
         sched_publish(cg, i, t);
@@ -1067,14 +1068,15 @@ static void emit_tiles(Cg *cg, const Block *body) {
         cg->target->complete(cg, NULL);
         tma_drain_release(cg);
     }
-    LLVMValueRef next_i = LLVMBuildAdd(cg->b, i, ci32(cg, 1), "");
     if (producer) {
         LLVMValueRef args[4] = {ci32(cg, -1), asked, ci32(cg, 0), ci32(cg, 31)};
         LLVMValueRef n = cg_call(cg, "llvm.nvvm.shfl.sync.idx.i32", cg->i32, args, 4);
         LLVMValueRef next = add(cg, LLVMBuildZExt(cg->b, n, cg->i64, ""), grid);
-        LLVMAddIncoming(t, &next, (LLVMBasicBlockRef[]){LLVMGetInsertBlock(cg->b)}, 1);
+        LLVMValueRef next_i = LLVMBuildAdd(cg->b, i, ci32(cg, 1), "");
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(cg->b);
+        LLVMAddIncoming(t, &next, &latch, 1);
+        LLVMAddIncoming(i, &next_i, &latch, 1);
     }
-    LLVMAddIncoming(i, &next_i, (LLVMBasicBlockRef[]){LLVMGetInsertBlock(cg->b)}, 1);
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, exit);
 }
