@@ -108,13 +108,7 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
     if (!affine_of(cg, op->operands[0], &a) || !affine_of(cg, op->operands[1], &b) ||
         a.bound + b.bound >= AFFINE_BOUND)
         return false;
-    static const char *names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
-    static const LLVMIntPredicate ip[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
-    const char *p = op_attr(op, "pred")->s;
-    int pred = -1;
-    for (int i = 0; i < 6; i++)
-        if (strcmp(p, names[i]) == 0)
-            pred = i;
+    int pred = cmp_pred(op);
     if (pred < 0)
         return false;
     /* ba + va + ka <pred> bb + vb + kb  <=>  va − vb − (bb − ba) <pred> kb − ka */
@@ -126,7 +120,7 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
     for (int i = 0; i < n; i++) {
         LLVMValueRef v = var_combine(cg, var_combine(cg, var_get(cg, &a, ps[i]), var_get(cg, &b, ps[i]), true), d, true);
         int64_t k = k_get(cg, &b, ps[i]) - k_get(cg, &a, ps[i]);
-        dist_set(cg, r, ps[i], LLVMBuildICmp(cg->b, ip[pred], v, ci32(cg, (int)k), ""));
+        dist_set(cg, r, ps[i], LLVMBuildICmp(cg->b, int_preds[pred], v, ci32(cg, (int)k), ""));
     }
     return true;
 }

@@ -300,6 +300,8 @@ LLVMValueRef round_f32(Cg *cg, LLVMValueRef r, ScalarKind k);   /* an f32 rounde
 LLVMValueRef fmaxmin(Cg *cg, bool max, LLVMValueRef x, LLVMValueRef y);
 LLVMValueRef cg_cast(Cg *cg, LLVMValueRef v, ScalarKind from, ScalarKind to);
 LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef *x, const ScalarKind *ks);
+extern const LLVMIntPredicate int_preds[6];
+int cmp_pred(const Op *op);
 
 /* ---- layout.c ------------------------------------------------------------------ */
 

@@ -135,6 +135,17 @@ LLVMValueRef cg_cast(Cg *cg, LLVMValueRef v, ScalarKind from, ScalarKind to) {
     return esize(to) > esize(from) ? LLVMBuildSExt(cg->b, v, t, "") : LLVMBuildTrunc(cg->b, v, t, "");
 }
 
+/* arith.cmp's predicate as an index into int_preds (eq ne lt le gt ge), or -1. */
+const LLVMIntPredicate int_preds[6] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+int cmp_pred(const Op *op) {
+    static const char *names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    const char *p = op_attr(op, "pred")->s;
+    for (int i = 0; i < 6; i++)
+        if (strcmp(p, names[i]) == 0)
+            return i;
+    return -1;
+}
+
 /* One element of an arith/math op. x[] are the operands' values, ks[] their
  * scalar kinds; rk the result's. */
 LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef *x, const ScalarKind *ks) {
@@ -186,18 +197,13 @@ LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef *x, con
     case OP_NEG:
         return fl ? LLVMBuildFNeg(b, x[0], "") : LLVMBuildNeg(b, x[0], "");
     case OP_CMP: {
-        const char *p = op_attr(op, "pred")->s;
-        static const char *names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
         static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
                                                LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
-        static const LLVMIntPredicate ip[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
-        for (int i = 0; i < 6; i++)
-            if (strcmp(p, names[i]) == 0) {
-                if (fl)
-                    return LLVMBuildFCmp(b, fp[i], to_f32(cg, x[0]), to_f32(cg, x[1]), "");
-                return LLVMBuildICmp(b, ip[i], x[0], x[1], "");
-            }
-        cg_err(cg, op, "unknown comparison '%s'", p);
+        int i = cmp_pred(op);
+        if (i >= 0)
+            return fl ? LLVMBuildFCmp(b, fp[i], to_f32(cg, x[0]), to_f32(cg, x[1]), "")
+                      : LLVMBuildICmp(b, int_preds[i], x[0], x[1], "");
+        cg_err(cg, op, "unknown comparison '%s'", op_attr(op, "pred")->s);
         return LLVMGetUndef(cg->i1);
     }
     case OP_AND: return LLVMBuildAnd(b, x[0], x[1], "");
