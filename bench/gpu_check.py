@@ -180,7 +180,7 @@ def attention_cases(rep, kit, tmp, quick):
               "tile(64, 64); stages(3)")
     if ARCH == "sm_90a":   # a warpgroup per 64 rows: smaller row tiles are refused, said at compile time
         scheds = ("tile(64, 64)", "tile(128, 64)", "tile(64, 128)", "tile(192, 64)", "tile(128, 128); stages(1)",
-                  "tile(128, 128); stages(3)", "persistent(1)", "pingpong(1)", "overlap(0)", "producer(0)",
+                  "tile(128, 128); stages(3)", "persistent(1)", "persistent(0)", "pingpong(1)", "overlap(0)", "producer(0)",
                   "producer(1)")
         src = attention_src("sched_small", 2, 2, 64, "f32", "j <= i", None, False) + \
             f"schedule sched_small for {ARCH} {{ tile(16, 16); }}\n"

@@ -2,7 +2,11 @@
 """sass_check.py — what the SASS of a cubin does, per kernel, from
 `cuobjdump -sass` on stdin: the count of each instruction of interest, and
 how many local-memory instructions (LDL/STL: register spills) lie inside
-loops, that is between a backward branch and its target.
+the main loops. A loop lies between a backward branch and its target; the
+main loops are those that run tensor-core MMAs (HGMMA, HMMA) with no such
+loop inside them: the key loops of attention and the k loops of a GEMM,
+not a persistent kernel's loop over its tiles around them, whose spills
+cost an access per tile. In a kernel without MMAs every loop counts.
 
     cuobjdump -sass k.cubin | python3 bench/sass_check.py [--need HMMA.16816 ...]
 
@@ -38,19 +42,29 @@ def analyse(lines):
         m = INSN.search(line)
         if m:
             insns.append((int(m.group(1), 16), m.group(3), line))
+    # ptxas puts slow paths (an mbarrier wait's retry) after the kernel's
+    # last EXIT; their branch back into the body is a return, not a loop
+    body_end = max((a for a, op, line in insns if op == "EXIT" and not INSN.search(line).group(2)), default=None)
     loops = []
     for addr, op, line in insns:
         b = BRANCH.search(line)
         if op.startswith("BRA") and b and b.group(1):
             target = int(b.group(1), 16)
-            if target < addr:   # (a branch to itself is the end-of-kernel trap)
+            stub = body_end is not None and target <= body_end < addr
+            if target < addr and not stub:   # (a branch to itself is the end-of-kernel trap)
                 loops.append((target, addr))
+    mma = [a for a, op, _ in insns if op.split(".")[0] in ("HGMMA", "HMMA")]
+    runs_mma = [(lo, hi) for lo, hi in loops if any(lo <= a <= hi for a in mma)]
+    main = [(lo, hi) for lo, hi in runs_mma
+            if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in runs_mma)]
+    if not runs_mma:
+        main = loops
     local = [(a, op) for a, op, _ in insns if op.split(".")[0] in ("LDL", "STL")]
-    in_loops = [a for a, _ in local if any(lo <= a <= hi for lo, hi in loops)]
+    in_loops = [a for a, _ in local if any(lo <= a <= hi for lo, hi in main)]
     counts = {}
     for _, op, _ in insns:
         counts[op] = counts.get(op, 0) + 1
-    return counts, len(local), len(in_loops), len(loops)
+    return counts, len(local), len(in_loops), len(main)
 
 
 def main():
@@ -65,7 +79,7 @@ def main():
         need = {n: sum(c for op, c in counts.items() if op.startswith(n)) for n in args.need}
         ok = all(need.values()) and in_loops <= args.spills_known
         status |= not ok
-        parts = [f"{n} {c}" for n, c in need.items()] + [f"local memory {local} ({in_loops} inside {nloops} loops)"]
+        parts = [f"{n} {c}" for n, c in need.items()] + [f"local memory {local} ({in_loops} inside {nloops} main loops)"]
         known = " (known spill)" if in_loops and ok else ""
         print(f"{'ok' if ok else 'FAIL'} {name}: " + ", ".join(parts) + known)
     return status

@@ -395,9 +395,16 @@ void tma_copy(Cg *cg, const Op *op) {
  * buffer (what the map's SWIZZLE_128B reads), fence it for the async proxy
  * and meet; then one thread stores it, a cp.async.bulk.tensor per 64-column
  * panel (rows past the tensor's end are not written: TMA clips the box),
- * and waits until the buffer has been read, before any barrier that
- * precedes its reuse (a persistent block's next tile, or memory reused
- * after this op) and before the kernel returns. */
+ * and commits the stores as a bulk group. Nobody waits for it here: the
+ * warps go on (a persistent block to its next tile) while TMA reads the
+ * buffer. tma_store_wait waits until it has: before the buffer is written
+ * again (a persistent block's next tile, which then meets once more),
+ * before its memory is reused and before the kernel returns (drain). */
+void tma_store_wait(Cg *cg) {
+    if (cg->tma_stores)   /* (a thread that committed no group passes at once) */
+        cg_asm(cg, "cp.async.bulk.wait_group.read 0;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+}
+
 void tma_store(Cg *cg, const Op *op) {
     Mem *m = as_mem(cg, op, op->operands[0]);
     Dist *d = m ? as_dist(cg, op, op->operands[1]) : NULL;
@@ -409,6 +416,11 @@ void tma_store(Cg *cg, const Op *op) {
     if (map < 0)
         return;
     LLVMValueRef base = smem_alloc_aligned(cg, rows * cols * esize(m->elem), 1024);
+    if (cg->persistent) {   /* the last tile's store may still be reading the buffer */
+        cg->tma_stores = true;
+        tma_store_wait(cg);
+        cg_barrier(cg);
+    }
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     LLVMValueRef own = tile_owner(cg, rows, cols);
@@ -452,8 +464,8 @@ void tma_store(Cg *cg, const Op *op) {
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 2 + rank);
     }
     cg_asm(cg, "cp.async.bulk.commit_group;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-    cg_asm(cg, "cp.async.bulk.wait_group.read 0;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     if_end(cg, join);
+    cg->tma_stores = true;
 }
 
 /* The parity of the phase the fill of stage in flight completes: the

@@ -936,10 +936,16 @@ enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
  * tiles) stays in L2 while they do. The blocks take the tiles in this
  * order as they become free (the tile scheduler below). */
 enum { SECTION_TILES = 256 };
-static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
+
+/* S, computed once before the tile loop (a division by a parameter that
+ * may be 0 as far as LLVM knows, which it would not hoist). */
+static LLVMValueRef section_heads(Cg *cg) {
+    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, SECTION_TILES), cg->tiles_x, "");
+    return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, per, ci64(cg, 0), ""), ci64(cg, 1), per, "");
+}
+
+static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef s, LLVMValueRef pid[2]) {
     LLVMValueRef x = cg->tiles_x, y = cg->tiles_y;
-    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, SECTION_TILES), x, "");
-    LLVMValueRef s = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, per, ci64(cg, 0), ""), ci64(cg, 1), per, "");
     LLVMValueRef first_y = mul(cg, LLVMBuildUDiv(cg->b, t, mul(cg, s, x), ""), s);
     LLVMValueRef left = LLVMBuildSub(cg->b, y, first_y, "");
     LLVMValueRef heads = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, left, s, ""), left, s, "");
@@ -956,15 +962,24 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef pid[2]) {
  * first takes the next tile of tile_order's longest-first order
  * (bench/tile_balance.py: the slowest block 1.00–1.03 of the mean, against
  * 1.24–1.42 taking the tiles round-robin at head dims 128 and 256). The
- * producer's copier warp hands each tile index to the consumers through
- * one i64 slot in shared memory and two named barriers of the consumers
- * and that warp (FlashAttention-3's, and what compute-sanitizer's racecheck
- * follows; an mbarrier ring it reported as a race): the producer writes
- * the slot and arrives at FULL, the consumers sync there, read it and
- * arrive at EMPTY, where the producer syncs before writing the next. An
- * index past the last tile ends both roles (the consumers then arrive no
- * more). */
+ * producer's copier warp works out each tile's pid (tile_order's
+ * divisions, off the consumers' path) and hands it to the consumers
+ * through one i64 slot in shared memory (x in the low half, y in the
+ * high; all ones past the last tile) and two named barriers of the
+ * consumers and that warp (FlashAttention-3's): the producer writes the
+ * slot and arrives at FULL, the consumers sync there, read it and arrive
+ * at EMPTY, where the producer syncs before writing the next. The end
+ * marker ends both roles (the consumers then arrive no more). FULL also
+ * stands for a barrier of all the consumers between two tiles. The
+ * barriers order the slot's accesses; they are relaxed atomics (an
+ * atom.shared.exch, a volatile ld.shared) because compute-sanitizer's
+ * racecheck does not see bar.arrive's ordering and reported the plain
+ * store and load as a race (as it did an mbarrier ring's). The load stays
+ * a plain ld.shared of one address, which ptxas keeps in uniform
+ * registers: an atomic read shared by shfl took the tile's index
+ * arithmetic out of them and cost the key loops 22–43 instructions. */
 enum { SCHED_FULL, SCHED_EMPTY };
+#define SCHED_END (~0ULL)
 
 /* Named barriers after the consumers' (1) and ping-pong's (2 + w). */
 static void sched_bar(Cg *cg, const char *how, int which) {
@@ -976,26 +991,29 @@ static void sched_bar(Cg *cg, const char *how, int which) {
 /* Made by every thread before the roles part. */
 static void sched_init(Cg *cg) { cg->sched = smem_alloc_aligned(cg, 8, 8); }
 
-/* The producer publishes its i-th tile t (lane 0 writes; the warp arrives). */
-static void sched_publish(Cg *cg, LLVMValueRef i, LLVMValueRef t) {
+/* The producer publishes its i-th tile, `word` (lane 0 writes; the warp
+ * arrives). */
+static void sched_publish(Cg *cg, LLVMValueRef i, LLVMValueRef word) {
     LLVMBasicBlockRef after_first = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntNE, i, ci32(cg, 0), ""));
     sched_bar(cg, "sync", SCHED_EMPTY);
     if_end(cg, after_first);
     LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
-    LLVMBuildStore(cg->b, t, cg->sched);
+    LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpXchg, cg->sched, word, LLVMAtomicOrderingMonotonic, false);
     if_end(cg, join);
     sched_bar(cg, "arrive", SCHED_FULL);
 }
 
-/* The consumers take the next tile index; they free the slot unless it
- * ends the loop (past the last tile: the producer has returned). */
-static LLVMValueRef sched_take(Cg *cg, LLVMValueRef total) {
+/* The consumers take the next tile's word; they free the slot unless it
+ * ends the loop (the producer has returned). */
+static LLVMValueRef sched_take(Cg *cg) {
     sched_bar(cg, "sync", SCHED_FULL);
-    LLVMValueRef t = LLVMBuildLoad2(cg->b, cg->i64, cg->sched, "tile");
-    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntULT, t, total, ""));
+    LLVMValueRef word = LLVMBuildLoad2(cg->b, cg->i64, cg->sched, "tile");
+    LLVMSetOrdering(word, LLVMAtomicOrderingMonotonic);
+    LLVMSetAlignment(word, 8);
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntNE, word, LLVMConstInt(cg->i64, SCHED_END, false), ""));
     sched_bar(cg, "arrive", SCHED_EMPTY);
     if_end(cg, join);
-    return t;
+    return word;
 }
 
 /* The producer's next tile, taken at the start of this one (the atomic's
@@ -1016,45 +1034,49 @@ static LLVMValueRef sched_ask(Cg *cg) {
 
 /* The launch body for this block's tiles: once (pid = ctaid), or, for a
  * persistent kernel, for each tile the scheduler gives it, with pid =
- * tile_order(t) and z = 0. Consumers start each tile at a barrier (what
- * they write to shared memory, such as O's TMA-store buffer, is rewritten
- * only when every warp, and the store that read it, is done with the last
- * tile's) and end it with no dot in flight and every stage released. */
+ * tile_order(t) and z = 0. Consumers start each tile past the scheduler's
+ * FULL barrier, which every consumer thread reaches first (what they write
+ * to shared memory is rewritten only when every warp is done with the last
+ * tile's; O's TMA store waits for its own buffer, copy.c), and end it with
+ * no dot in flight and every stage released. */
 static void emit_tiles(Cg *cg, const Block *body) {
     if (!cg->persistent) {
         emit_block(cg, body, NULL, NULL);
         return;
     }
     bool producer = cg->role == ROLE_PRODUCER;
-    LLVMValueRef total = mul(cg, cg->tiles_x, cg->tiles_y);
     LLVMValueRef first = zext64(cg, sreg(cg, "ctaid.x")), grid = zext64(cg, sreg(cg, "nctaid.x"));
+    LLVMValueRef total = producer ? mul(cg, cg->tiles_x, cg->tiles_y) : NULL;
+    LLVMValueRef s = producer ? section_heads(cg) : NULL;
+    LLVMValueRef end = LLVMConstInt(cg->i64, SCHED_END, false);
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
     LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile");
     LLVMBasicBlockRef bodybb = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_body");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tiles_done");
     LLVMBuildBr(cg->b, head);
     LLVMPositionBuilderAtEnd(cg->b, head);
-    LLVMValueRef i = NULL, t = NULL;   /* the producer counts its tiles (i) */
+    LLVMValueRef i = NULL, t = NULL, word;   /* the producer counts its tiles (i) */
     if (producer) {
         LLVMValueRef zero = ci32(cg, 0);
         i = LLVMBuildPhi(cg->b, cg->i32, "tile_i");
         LLVMAddIncoming(i, &zero, &pre, 1);
         t = LLVMBuildPhi(cg->b, cg->i64, "tile");
         LLVMAddIncoming(t, &first, &pre, 1);
-        sched_publish(cg, i, t);
+        LLVMValueRef more = LLVMBuildICmp(cg->b, LLVMIntULT, t, total, "");
+        LLVMValueRef pid[2];   /* (of tile 0 past the end: no division by 0) */
+        tile_order(cg, LLVMBuildSelect(cg->b, more, t, ci64(cg, 0), ""), s, pid);
+        word = LLVMBuildOr(cg->b, pid[0], LLVMBuildShl(cg->b, pid[1], ci64(cg, 32), ""), "");
+        word = LLVMBuildSelect(cg->b, more, word, end, "");
+        sched_publish(cg, i, word);
     } else {
-        t = sched_take(cg, total);
+        word = sched_take(cg);
     }
-    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, t, total, ""), bodybb, exit);
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, word, end, ""), bodybb, exit);
     LLVMPositionBuilderAtEnd(cg->b, bodybb);
     LLVMValueRef asked = producer ? sched_ask(cg) : NULL;
-    LLVMValueRef pid[2];
-    tile_order(cg, t, pid);
-    cv_put(cg, body->args[0], cv_scalar(cg, pid[0]));
-    cv_put(cg, body->args[1], cv_scalar(cg, pid[1]));
+    cv_put(cg, body->args[0], cv_scalar(cg, LLVMBuildAnd(cg->b, word, ci64(cg, 0xffffffff), "")));
+    cv_put(cg, body->args[1], cv_scalar(cg, LLVMBuildLShr(cg->b, word, ci64(cg, 32), "")));
     cv_put(cg, body->args[2], cv_scalar(cg, ci64(cg, 0)));
-    if (!producer)
-        cg_barrier(cg);
     emit_block(cg, body, NULL, NULL);
     if (cg->failed)
         return;

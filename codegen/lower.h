@@ -243,6 +243,7 @@ struct Cg {
     LLVMValueRef tiles_x, tiles_y;
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
     LLVMValueRef sched;          /* shared: the tile scheduler's ring (lower.c, emit_tiles) */
+    bool tma_stores;             /* a TMA store was issued: drain waits for it (copy.c) */
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
     Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */
     /* sm_90a: dots issued (committed wgmma groups) and not yet waited for,
@@ -355,6 +356,7 @@ bool tma_collect(Cg *cg, const Block *blk);
 void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars);
 void tma_copy(Cg *cg, const Op *op);
 void tma_store(Cg *cg, const Op *op);   /* tile.store {nv.store = "tma"} */
+void tma_store_wait(Cg *cg);            /* the TMA stores issued so far have read their buffers */
 void tma_wait(Cg *cg, const Op *op);
 void tma_drain(Cg *cg);
 /* persistent consumers, after each tile: the fills in flight land and their

@@ -325,6 +325,7 @@ static void wait(Cg *cg, const Op *op) {
 static void drain(Cg *cg) {
     cp_async_drain(cg);
     tma_drain(cg);
+    tma_store_wait(cg);
 }
 
 const CgTarget sm90a_target = {

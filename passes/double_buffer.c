@@ -127,7 +127,7 @@ typedef struct Chain {
  * register prefetch (sm_70) the select cost the sliding-window kernel a
  * spill, for one tile a row. */
 static void end_chain(PassContext *ctx, Chain *chain, bool async) {
-    if (!async || !chain->loop || !chain->fresh)
+    if (!async || !chain->loop)   /* (a chain with a loop has its fresh copies) */
         return;
     for (int c = 0; c < chain->loads.len; c++) {
         Op *cp = chain->fresh[c];

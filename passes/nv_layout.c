@@ -816,13 +816,18 @@ static bool layout_launch(const Lower *l, Op *launch) {
             /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
             if (warps >= 8 && pp && pp->i)
                 op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
-            /* persistent blocks (schedule persistent(1); off by default:
-             * measured slower, bench/RESULTS.md session 8): each loops over
-             * the grid's tiles, so the producer fetches the next tile's K/V
-             * while the consumers finish this one; needs grid z = 1 */
+            /* persistent blocks: each loops over the grid's tiles, so the
+             * producer fetches the next tile's Q and K/V while the
+             * consumers finish this one, and O's TMA store runs beside the
+             * next tile. Default (bench/RESULTS.md session 11): on for
+             * attention whose O goes through a TMA store (head dim up to
+             * 128: 9–17 % faster at N ≤ 2k, even at 16k), off for head dim
+             * 256 (O from registers; 15 % slower). The schedule's
+             * persistent(0|1) decides. Needs grid z = 1. */
             Attr *ps = op_attr(launch, "persistent");
+            bool persist = ps ? ps->i != 0 : s.dot_cols && s.carried_cols <= 128;
             const Op *z = launch->operands[2]->def;
-            if (ps && ps->i && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
+            if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
                 op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
         }
     }

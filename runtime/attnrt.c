@@ -472,14 +472,14 @@ int attnrt_load_file(const char *path, attnrt_module **out) {
 void attnrt_unload(attnrt_module *m) {
     if (!m)
         return;
-    for (int b = 0; b < m->nblocks; b++)
+    for (int b = 0; b < m->nblocks; b++) {   /* each block's device memory: temporaries, tile counters */
         for (int t = 0; t < MAX_TENSORS; t++)
             if (m->blocks[b].temp[t])
                 cuda_free(m->blocks[b].temp[t]);
-    for (int b = 0; b < m->nblocks; b++)
         for (int k = 0; k < m->blocks[b].nkernels; k++)
             if (m->blocks[b].kernels[k].tile_counter)
                 cuda_free(m->blocks[b].kernels[k].tile_counter);
+    }
     if (m->cumod)
         cuda_module_unload(m->cumod);
     free(m->blocks);
