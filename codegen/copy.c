@@ -416,8 +416,8 @@ void tma_store(Cg *cg, const Op *op) {
     if (map < 0)
         return;
     LLVMValueRef base = smem_alloc_aligned(cg, rows * cols * esize(m->elem), 1024);
-    if (cg->persistent) {   /* the last tile's store may still be reading the buffer */
-        cg->tma_stores = true;
+    if (cg->persistent) {   /* the last tile's store (this op's) may still be reading the buffer */
+        cg->tma_stores = true;   /* (issued at run time, though not yet emitted) */
         tma_store_wait(cg);
         cg_barrier(cg);
     }

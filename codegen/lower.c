@@ -1045,9 +1045,13 @@ static void emit_tiles(Cg *cg, const Block *body) {
         return;
     }
     bool producer = cg->role == ROLE_PRODUCER;
-    LLVMValueRef first = zext64(cg, sreg(cg, "ctaid.x")), grid = zext64(cg, sreg(cg, "nctaid.x"));
-    LLVMValueRef total = producer ? mul(cg, cg->tiles_x, cg->tiles_y) : NULL;
-    LLVMValueRef s = producer ? section_heads(cg) : NULL;
+    LLVMValueRef first = NULL, grid = NULL, total = NULL, s = NULL;   /* (the producer's) */
+    if (producer) {
+        first = zext64(cg, sreg(cg, "ctaid.x"));
+        grid = zext64(cg, sreg(cg, "nctaid.x"));
+        total = mul(cg, cg->tiles_x, cg->tiles_y);
+        s = section_heads(cg);
+    }
     LLVMValueRef end = LLVMConstInt(cg->i64, SCHED_END, false);
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
     LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile");

@@ -242,7 +242,7 @@ struct Cg {
     bool persistent;
     LLVMValueRef tiles_x, tiles_y;
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
-    LLVMValueRef sched;          /* shared: the tile scheduler's ring (lower.c, emit_tiles) */
+    LLVMValueRef sched;          /* shared: the tile scheduler's slot (lower.c, emit_tiles) */
     bool tma_stores;             /* a TMA store was issued: drain waits for it (copy.c) */
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
     Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */

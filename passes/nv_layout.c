@@ -821,7 +821,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
              * consumers finish this one, and O's TMA store runs beside the
              * next tile. Default (bench/RESULTS.md session 11): on for
              * attention whose O goes through a TMA store (head dim up to
-             * 128: 9–17 % faster at N ≤ 2k, even at 16k), off for head dim
+             * 128: 6–18 % faster at N ≤ 2k, even at 8k), off for head dim
              * 256 (O from registers; 15 % slower). The schedule's
              * persistent(0|1) decides. Needs grid z = 1. */
             Attr *ps = op_attr(launch, "persistent");
