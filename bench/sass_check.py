@@ -37,32 +37,32 @@ def kernels(text):
 
 
 def analyse(lines):
-    insns = []   # (address, opcode, text)
+    insns = []   # (address, opcode, text, predicated)
     for line in lines:
         m = INSN.search(line)
         if m:
-            insns.append((int(m.group(1), 16), m.group(3), line))
+            insns.append((int(m.group(1), 16), m.group(3), line, bool(m.group(2))))
     # ptxas puts slow paths (an mbarrier wait's retry) after the kernel's
     # last EXIT; their branch back into the body is a return, not a loop
-    body_end = max((a for a, op, line in insns if op == "EXIT" and not INSN.search(line).group(2)), default=None)
+    body_end = max((a for a, op, _, predicated in insns if op == "EXIT" and not predicated), default=None)
     loops = []
-    for addr, op, line in insns:
+    for addr, op, line, _ in insns:
         b = BRANCH.search(line)
         if op.startswith("BRA") and b and b.group(1):
             target = int(b.group(1), 16)
             stub = body_end is not None and target <= body_end < addr
             if target < addr and not stub:   # (a branch to itself is the end-of-kernel trap)
                 loops.append((target, addr))
-    mma = [a for a, op, _ in insns if op.split(".")[0] in ("HGMMA", "HMMA")]
+    mma = [a for a, op, _, _ in insns if op.split(".")[0] in ("HGMMA", "HMMA")]
     runs_mma = [(lo, hi) for lo, hi in loops if any(lo <= a <= hi for a in mma)]
     main = [(lo, hi) for lo, hi in runs_mma
             if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in runs_mma)]
     if not runs_mma:
         main = loops
-    local = [(a, op) for a, op, _ in insns if op.split(".")[0] in ("LDL", "STL")]
+    local = [(a, op) for a, op, _, _ in insns if op.split(".")[0] in ("LDL", "STL")]
     in_loops = [a for a, _ in local if any(lo <= a <= hi for lo, hi in main)]
     counts = {}
-    for _, op, _ in insns:
+    for _, op, _, _ in insns:
         counts[op] = counts.get(op, 0) + 1
     return counts, len(local), len(in_loops), len(main)
 

@@ -1003,6 +1003,11 @@ static void sched_publish(Cg *cg, LLVMValueRef i, LLVMValueRef word) {
     sched_bar(cg, "arrive", SCHED_FULL);
 }
 
+/* Whether a slot's word names a tile (is not the end marker). */
+static LLVMValueRef sched_more(Cg *cg, LLVMValueRef word) {
+    return LLVMBuildICmp(cg->b, LLVMIntNE, word, LLVMConstInt(cg->i64, SCHED_END, false), "");
+}
+
 /* The consumers take the next tile's word; they free the slot unless it
  * ends the loop (the producer has returned). */
 static LLVMValueRef sched_take(Cg *cg) {
@@ -1010,7 +1015,7 @@ static LLVMValueRef sched_take(Cg *cg) {
     LLVMValueRef word = LLVMBuildLoad2(cg->b, cg->i64, cg->sched, "tile");
     LLVMSetOrdering(word, LLVMAtomicOrderingMonotonic);
     LLVMSetAlignment(word, 8);
-    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntNE, word, LLVMConstInt(cg->i64, SCHED_END, false), ""));
+    LLVMBasicBlockRef join = if_begin(cg, sched_more(cg, word));
     sched_bar(cg, "arrive", SCHED_EMPTY);
     if_end(cg, join);
     return word;
@@ -1052,7 +1057,6 @@ static void emit_tiles(Cg *cg, const Block *body) {
         total = mul(cg, cg->tiles_x, cg->tiles_y);
         s = section_heads(cg);
     }
-    LLVMValueRef end = LLVMConstInt(cg->i64, SCHED_END, false);
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
     LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile");
     LLVMBasicBlockRef bodybb = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_body");
@@ -1070,12 +1074,12 @@ static void emit_tiles(Cg *cg, const Block *body) {
         LLVMValueRef pid[2];   /* (of tile 0 past the end: no division by 0) */
         tile_order(cg, LLVMBuildSelect(cg->b, more, t, ci64(cg, 0), ""), s, pid);
         word = LLVMBuildOr(cg->b, pid[0], LLVMBuildShl(cg->b, pid[1], ci64(cg, 32), ""), "");
-        word = LLVMBuildSelect(cg->b, more, word, end, "");
+        word = LLVMBuildSelect(cg->b, more, word, LLVMConstInt(cg->i64, SCHED_END, false), "");
         sched_publish(cg, i, word);
     } else {
         word = sched_take(cg);
     }
-    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, word, end, ""), bodybb, exit);
+    LLVMBuildCondBr(cg->b, sched_more(cg, word), bodybb, exit);
     LLVMPositionBuilderAtEnd(cg->b, bodybb);
     LLVMValueRef asked = producer ? sched_ask(cg) : NULL;
     cv_put(cg, body->args[0], cv_scalar(cg, LLVMBuildAnd(cg->b, word, ci64(cg, 0xffffffff), "")));
@@ -1087,8 +1091,7 @@ static void emit_tiles(Cg *cg, const Block *body) {
     if (!producer) {
         cg->target->complete(cg, NULL);
         tma_drain_release(cg);
-    }
-    if (producer) {
+    } else {
         LLVMValueRef args[4] = {ci32(cg, -1), asked, ci32(cg, 0), ci32(cg, 31)};
         LLVMValueRef n = cg_call(cg, "llvm.nvvm.shfl.sync.idx.i32", cg->i32, args, 4);
         LLVMValueRef next = add(cg, LLVMBuildZExt(cg->b, n, cg->i64, ""), grid);
