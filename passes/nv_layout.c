@@ -644,15 +644,15 @@ static void tma_scratch_loads(Arena *a, Op *launch) {
 }
 
 /* Under warp specialisation a 16-bit tile stored whole into an output the
- * kernel takes (O), at most 128 columns wide (with the buffers of head dim
- * 256 it would not fit in shared memory), is stored by TMA (nv.store =
- * "tma": through a swizzled shared buffer, codegen's tma_store). */
+ * kernel takes (O) is stored by TMA (nv.store = "tma": through a swizzled
+ * shared buffer, codegen's tma_store). Head dim 256's 64 KB buffer fits
+ * only where it can take memory a dead buffer held (Q's): not persistent. */
 static void tma_stores(Arena *a, const Block *body) {
     for (Op *op = body->first; op; op = op->next) {
         if (op->kind != OP_STORE)
             continue;
         const Type *t = op->operands[1]->type;
-        if (t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym && !t->dims[1].sym && t->dims[1].size <= 128 &&
+        if (t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym && !t->dims[1].sym &&
             op->operands[0]->type->elem == t->elem &&
             tma_box_ok(body, op->operands[0], op_attr(op, "dims"), t->dims[0].size, t->dims[1].size))
             op_set_attr(a, op, "nv.store", attr_str(a, "tma"));
@@ -822,7 +822,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
              * next tile. Default (bench/RESULTS.md session 11): on for
              * attention whose O goes through a TMA store (head dim up to
              * 128: 6–18 % faster at N ≤ 2k, even at 8k), off for head dim
-             * 256 (O from registers; 15 % slower). The schedule's
+             * 256 (O's buffer then would not fit beside the stages; with O
+             * from registers it was 15 % slower). The schedule's
              * persistent(0|1) decides. Needs grid z = 1. */
             Attr *ps = op_attr(launch, "persistent");
             bool persist = ps ? ps->i != 0 : s.dot_cols && s.carried_cols <= 128;

@@ -62,11 +62,15 @@ const Target targets[] = {
         .name = "sm_90a", .family = "Hopper", .summary = "Hopper: TMA, mbarriers, warp specialisation, wgmma",
         .ptx_features = "+ptx80", .codegen = true, .bf16 = true, .async_copies = true, .short_shared = true,
         .smem_limit = 227 * 1024,
-        /* measured on the H200 (bench/RESULTS.md, 2026-12-01): 64 key rows
-         * are faster at head dim 64 (0.84 of cuDNN against 0.76), 128 at
-         * head dim 128 (0.72 against 0.70); with the softmax overlap
-         * (session 8), 128 at head dim 64 under a causal band (+3 to 8 %) */
-        .attn_tile = {128, 128}, .attn_keys_d64 = 64, .gemm_tile = {128, 128, 64}, .stages = 2,
+        /* measured on the H200 (bench/RESULTS.md): 128 x 128 at head dim
+         * 128 (session 4) and at head dim 64 under a causal band (session
+         * 8, +3 to 8 %); at head dim 64 otherwise 192 x 128, three consumer
+         * warpgroups (session 12: +11 to 21 % from N 2k on against
+         * 128 x 64; FlashAttention-3's choice too; causal lost up to 20 %
+         * at N <= 1k), but 128 x 64 where the hooks read tensors per key
+         * (a document mask spilled at 128 key rows) */
+        .attn_tile = {128, 128}, .attn_tile_d64 = {192, 128}, .attn_tile_d64_gathers = {128, 64},
+        .gemm_tile = {128, 128, 64}, .stages = 2,
         .row_block = 2,
         .pipeline = sm90a_pipeline, .lowering = "sm90a-layout",
     },

@@ -25,9 +25,11 @@ typedef struct Target {
                                       double-buffer pass runs them on across loop segments */
     int64_t smem_limit;            /* bytes of shared memory a block may opt in to */
     int64_t attn_tile[2];          /* query rows x key rows */
-    int64_t attn_keys_d64;         /* key rows at head dims up to 64 unless the mask is exactly a
-                                      band that follows the row (causal, windows), where not
-                                      attn_tile[1] (0: the same) */
+    /* attention tiles at head dims up to 64 ({0, 0}: attn_tile), where the
+     * keys a row sees do not follow the row (as causal's and windows' do):
+     * without hooks that read a tensor per key, and with them (a document
+     * mask's doc[b, j], a bias[h, i, j]: more registers per score) */
+    int64_t attn_tile_d64[2], attn_tile_d64_gathers[2];
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */
     int64_t row_block;             /* rows per program of a row kernel */

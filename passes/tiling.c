@@ -240,14 +240,19 @@ static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
     }
 }
 
-/* Defaults per target: query rows x key rows for attention (the key rows
- * may depend on the head dim D and on whether the keys a row sees follow
- * the row: an exact band from mask-analysis with a row term, as causal's),
- * M x N x K for GEMMs. */
-static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, bool follows) {
+/* What the default attention tile depends on besides the head dim: whether
+ * the keys a row sees follow the row (an exact band from mask-analysis with
+ * a row term: causal, windows), and else whether the hooks read a tensor
+ * per key. */
+typedef enum { KEYS_ALL, KEYS_GATHERED, KEYS_FOLLOW_ROW } KeyShape;
+
+/* Defaults per target: query rows x key rows for attention, M x N x K for
+ * GEMMs. */
+static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, KeyShape keys) {
     const Target *t = target_lookup(arch);
-    if (attention && axis == 1 && t->attn_keys_d64 && D <= 64 && !follows)
-        return t->attn_keys_d64;
+    const int64_t *d64 = keys == KEYS_ALL ? t->attn_tile_d64 : keys == KEYS_GATHERED ? t->attn_tile_d64_gathers : NULL;
+    if (attention && axis < 2 && D <= 64 && d64 && d64[axis])
+        return d64[axis];
     return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
 }
 
@@ -270,9 +275,9 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     const Type *a = g->operands[0]->type, *rt = g->results[0]->type;
     if (a->rank != 2)
         return true;   /* batched A: left as it is */
-    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0, false));
-    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0, false));
-    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0, false));
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0, KEYS_ALL));
+    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0, KEYS_ALL));
+    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0, KEYS_ALL));
     int n = (int)op_attr(g, "num_b")->i, nin = g->noperands;
     ScalarKind acc = op_attr(g, "acc")->type->elem;
     const Block *epi = g->regions[0].blocks[0];
@@ -393,6 +398,30 @@ static void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
                     vec_push(a, out, op->operands[0]);
 }
 
+/* Whether v (in a hook's region) is computed from the region's argument x. */
+static bool uses_arg(const Value *v, const Value *x) {
+    if (v == x)
+        return true;
+    for (int i = 0; v->def && i < v->def->noperands; i++)
+        if (uses_arg(v->def->operands[i], x))
+            return true;
+    return false;
+}
+
+/* Whether a hook (mask, score) reads a tensor at an index computed from the
+ * key j, its region's last argument: per key, as doc[b, j] or bias[h, i, j]. */
+static bool gathers_per_key(const Op *att) {
+    for (int r = 0; r < att->nregions; r++)
+        for (int bi = 0; bi < att->regions[r].nblocks; bi++) {
+            const Block *blk = att->regions[r].blocks[bi];
+            for_each_op(op, blk)
+                for (int i = 1; op->kind == OP_EXTRACT && blk->nargs && i < op->noperands; i++)
+                    if (uses_arg(op->operands[i], blk->args[blk->nargs - 1]))
+                        return true;
+        }
+    return false;
+}
+
 /* The value of a band bound (mask-analysis) at row `i`: c + k·i + Σ dims. */
 static Value *band_at(Builder *b, const Attr *bound, Value *i) {
     Value *v = b_bin(b, OP_MUL, i, b_index(b, attrs_get(bound->entries, bound->n, "i")->i));
@@ -459,19 +488,19 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     AttnTile t = {0};
     int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
     /* an exact band (the mask is nothing but it) that follows the row:
-     * causal, sliding windows; not a document mask (its gathers and
-     * compares spilled at 128 key rows, head dim 64) */
+     * causal, sliding windows; not a document mask */
     Attr *band = op_attr(att, "band");
     Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
-    bool follows = false;
+    KeyShape keys = gathers_per_key(att) ? KEYS_GATHERED : KEYS_ALL;
     for (int i = 0; exact && exact->i && i < 2; i++) {
         Attr *bound = attrs_get(band->entries, band->n, i ? "lo" : "hi");
         Attr *k = bound ? attrs_get(bound->entries, bound->n, "i") : NULL;
-        follows = follows || (k && k->i);
+        if (k && k->i)
+            keys = KEYS_FOLLOW_ROW;
     }
-    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, follows));
+    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, keys));
     t.BN = schedule_tile(func, ctx->arch, 1,
-                         fit_keys(ctx->arch, func, t.BM, default_tile(ctx->arch, true, 1, D, follows), D));
+                         fit_keys(ctx->arch, func, t.BM, default_tile(ctx->arch, true, 1, D, keys), D));
     t.acc = op_attr(att, "acc")->type->elem;
     t.dt = qt->elem;
     t.scale = op_attr(att, "scale")->f;
