@@ -199,11 +199,12 @@ def attention_cases(rep, kit, tmp, quick):
                 run_attention(rep, mod, name, name, 2, 2, 2, N, N, 64, acc, 1 / 8, causal, None, False)
     if ARCH == "sm_90a":
         # persistent blocks over more tiles than a section of tile_order
-        # (256), the last section short (B·H = 80 heads, 8 row tiles each)
-        for D in (64, 128):
-            name = f"persistent_d{D}"
+        # (256), the last section short (B·H = 80 heads, 8 row tiles each);
+        # and 64-row tiles, two blocks an SM (nv.blocks_per_sm), over as many
+        for D, sched, tag in ((64, "persistent(1)", ""), (128, "persistent(1)", ""), (64, "tile(64, 64)", "_t64")):
+            name = f"persistent_d{D}{tag}"
             src = attention_src(name, 20, 20, D, "f32", "j <= i", None, False) + \
-                f"schedule {name} for {ARCH} {{ persistent(1); }}\n"
+                f"schedule {name} for {ARCH} {{ {sched}; }}\n"
             mod = compile_src(kit, tmp, name, src)
             run_attention(rep, mod, name, name, 4, 20, 20, 1000, 1000, D, "f32", 1 / math.sqrt(D), causal, None, False)
     # GQA, causal, both accumulators

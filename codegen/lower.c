@@ -1120,8 +1120,9 @@ static void emit_specialised(Cg *cg, const Block *body) {
     LLVMBasicBlockRef prod = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "producer");
     LLVMBasicBlockRef cons = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "consumer");
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntUGE, cg->warp, ci32(cg, cg->nwarps), ""), prod, cons);
-    /* the consumers get what the producer gives up, in multiples of 8 */
-    int64_t regs = (65536 - 32 * cg->producer_warps * PRODUCER_REGS) / cg->threads / 8 * 8;
+    /* the consumers get what the producer gives up (of their block's share
+     * of the register file), in multiples of 8 */
+    int64_t regs = (65536 / cg->blocks_per_sm - 32 * cg->producer_warps * PRODUCER_REGS) / cg->threads / 8 * 8;
     LLVMPositionBuilderAtEnd(cg->b, cons);
     cg->role = ROLE_CONSUMER;
     cg_asm(cg, arena_printf(cg->a, "setmaxnreg.inc.sync.aligned.u32 %d;", (int)(regs < MAX_REGS ? regs : MAX_REGS)),
@@ -1215,6 +1216,10 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->lazy_dots = overlap && overlap->i;
     Attr *persistent = op_attr(launch, "nv.persistent");
     cg->persistent = persistent && persistent->i;
+    Attr *per_sm = op_attr(launch, "nv.blocks_per_sm");
+    cg->blocks_per_sm = per_sm ? (int)per_sm->i : 1;
+    if (cg->blocks_per_sm != 1 && (cg->blocks_per_sm != 2 || !cg->producer_warps))
+        return cg_err(cg, launch, "internal error: nv.blocks_per_sm must be 2, under warp specialisation", NULL);
     if (cg->persistent && !cg->producer_warps)
         return cg_err(cg, launch, "internal error: nv.persistent needs warp specialisation (nv.producer_warps)", NULL);
     if (cg->producer_warps && (cg->producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
@@ -1353,7 +1358,8 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         return false;
 
     /* launch bounds: exactly `threads` per block (and, for setmaxnreg to
-     * take effect, at least one block per SM; see min_blocks) */
+     * take effect, at least one block per SM, or nv.blocks_per_sm; see
+     * min_blocks) */
     LLVMMetadataRef ann[3] = {
         LLVMValueAsMetadata(cg->fn),
         LLVMMDStringInContext2(ctx, "maxntidx", 8),
@@ -1366,7 +1372,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
      * blocks an SM, so ptxas keeps it within 128 registers (it does so
      * without spills; 155 registers without the bound, one block an SM).
      * Wider score tiles spilled hundreds of bytes under the bound. */
-    int min_blocks = cg->producer_warps ? 1
+    int min_blocks = cg->producer_warps ? cg->blocks_per_sm
                      : cg->lazy_dots && launch_threads <= 256 && max_dot_cols(body) <= 64 &&
                                2 * cg->smem_bytes <= cg->info->smem_limit
                          ? 2

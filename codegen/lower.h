@@ -240,6 +240,7 @@ struct Cg {
      * tiles_x · tiles_y of them (i64 parameters), so the producer fetches
      * the next tile's K/V while the consumers finish this one */
     bool persistent;
+    int blocks_per_sm;   /* nv.blocks_per_sm: blocks an SM holds at once (launch bounds, setmaxnreg) */
     LLVMValueRef tiles_x, tiles_y;
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
     LLVMValueRef sched;          /* shared: the tile scheduler's slot (lower.c, emit_tiles) */

@@ -659,6 +659,23 @@ static void tma_stores(Arena *a, const Block *body) {
     }
 }
 
+/* The shared memory a launch's 16-bit buffers take (its swizzled allocs,
+ * the tiles TMA stores through a buffer of their own), and 4 KiB for its
+ * mbarriers and row vectors, as tiling's fit_keys counts. */
+static int64_t buffer_bytes(const Block *body) {
+    int64_t bytes = 4096;
+    for (const Op *op = body->first; op; op = op->next) {
+        const Type *t = op->kind == OP_ALLOC && op_attr(op, "nv.swizzle") ? op->results[0]->type
+                        : op->kind == OP_STORE && op_attr(op, "nv.store")   ? op->operands[1]->type
+                                                                            : NULL;
+        int64_t n = 2;
+        for (int d = 0; t && d < t->rank; d++)
+            n *= t->dims[d].size;
+        bytes += t ? n : 0;
+    }
+    return bytes;
+}
+
 /* Whether v is computed from x; seen: the values already looked at (each
  * once, so shared subexpressions cost nothing more). */
 static bool depends_on(Arena *a, Map *seen, const Value *v, const Value *x) {
@@ -813,6 +830,13 @@ static bool layout_launch(const Lower *l, Op *launch) {
             op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
             tma_scratch_loads(a, launch);
             tma_stores(a, body);
+            /* one consumer warpgroup (a 64-row tile): two blocks an SM
+             * where their buffers fit twice, so two consumers share it as
+             * in a 128-row tile but each with its own producer, tiles and
+             * epilogue (session 12, head dim 64 causal N 512: 201 → 235
+             * TFLOP/s at 64 × 64; one block an SM before) */
+            if (warps == 4 && 2 * buffer_bytes(body) <= l->t->smem_limit)
+                op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
             /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
             if (warps >= 8 && pp && pp->i)
                 op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
