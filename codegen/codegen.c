@@ -77,6 +77,15 @@ static bool host_expr(Diag *d, StrBuf *sb, const Value *v) {
     return true;
 }
 
+/* host_expr of v as a string (NULL: reported, not host arithmetic). */
+static const char *host_text(Arena *a, Diag *d, const Value *v) {
+    StrBuf sb;
+    strbuf_open(&sb);
+    bool ok = host_expr(d, &sb, v);
+    char *text = strbuf_finish(&sb, a, NULL);
+    return ok ? text : NULL;
+}
+
 static void add_dims(Arena *a, const Type *t, PtrVec *dims) {
     for (int i = 0; i < t->rank; i++) {
         if (!t->dims[i].sym)
@@ -131,18 +140,30 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
         print_tensor(man, "in", ins->elems[i]->s, body->args[i]->type);
     for (int i = 0; ret && i < ret->noperands; i++)
         print_tensor(man, "out", outs->elems[i]->s, ret->operands[i]->type);
+    /* tile.choose: each launch result it picks -> the choose (the two
+     * launches write one buffer, each kernel launched where its side holds) */
+    Map chosen;
+    map_init(&chosen, false);
+    for_each_op(op, body) if (op->kind == OP_CHOOSE) {
+        for (int s = 1; s <= 2; s++) {
+            const Op *l = op->operands[s]->def;
+            if (!l || l->kind != OP_LAUNCH || map_get(&chosen, op->operands[s])) {
+                op_diag(d, NULL, op, "codegen: tile.choose picks between the results of two launches, each once");
+                return false;
+            }
+            map_put(a, &chosen, op->operands[s], (void *)op);
+        }
+    }
     int nkern = 0;
     for_each_op(op, body) {
         switch (op->kind) {
         case OP_CONSTANT: case OP_DIM: case OP_ADD: case OP_SUB: case OP_MUL: case OP_FLOORDIV:
         case OP_REM: case OP_MIN: case OP_MAX: case OP_CMP: case OP_AND: case OP_OR: case OP_RETURN:
-            continue;   /* host arithmetic: read through host_expr */
+        case OP_CHOOSE:
+            continue;   /* host arithmetic: read through host_expr; choices: the launches' when= */
         case OP_ASSERT: {   /* a check of the dims, made by the runtime before launching */
-            StrBuf cond;
-            strbuf_open(&cond);
-            bool ok = host_expr(d, &cond, op->operands[0]);
-            char *text = strbuf_finish(&cond, a, NULL);
-            if (!ok)
+            const char *text = host_text(a, d, op->operands[0]);
+            if (!text)
                 return false;
             Attr *msg = op_attr(op, "message");
             fprintf(man, "// assert expr=%s message=%s\n", text, msg ? msg->s : "a shape check failed");
@@ -155,16 +176,35 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
                                  op_info[op->kind].name));
             return false;
         }
-        /* name the launch's results */
+        /* name the launch's results (a chosen one: the choice's name, which
+         * both launches write); a launch whose results are chosen runs where
+         * its side of the condition holds */
+        const Op *pick = NULL;
+        bool first_side = false;
         for (int r = 0; r < op->nresults; r++) {
-            const char *bn = NULL;
-            for (int i = 0; ret && i < ret->noperands; i++)
-                if (ret->operands[i] == op->results[r])
+            const Op *c = map_get(&chosen, op->results[r]);
+            if (r > 0 && (c != NULL) != (pick != NULL)) {
+                op_diag(d, NULL, op, "codegen: a launch whose results are chosen has every result chosen");
+                return false;
+            }
+            if (c && pick && (c->operands[0] != pick->operands[0] || (c->operands[1] == op->results[r]) != first_side)) {
+                op_diag(d, NULL, op, "codegen: a launch's results are chosen under one condition, on one side");
+                return false;
+            }
+            if (c) {
+                pick = c;
+                first_side = c->operands[1] == op->results[r];
+            }
+            const Value *v = c ? c->results[0] : op->results[r];
+            const char *bn = map_get(&nm.of, v);
+            for (int i = 0; !bn && ret && i < ret->noperands; i++)
+                if (ret->operands[i] == v)
                     bn = outs->elems[i]->s;
             if (!bn) {
                 bn = arena_printf(a, "tmp%d", nm.ntemps++);
-                print_tensor(man, "tmp", bn, op->results[r]->type);
+                print_tensor(man, "tmp", bn, v->type);
             }
+            map_put(a, &nm.of, v, (void *)bn);
             map_put(a, &nm.of, op->results[r], (void *)bn);
         }
         char *kname = arena_printf(a, "%s_k%d", name, nkern++);
@@ -198,6 +238,12 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             fprintf(man, "%s%s", z ? "," : " zero=", (const char *)map_get(&nm.of, op->results[zeroed->elems[z]->i]));
         if (info.persistent)   /* loops over the grid's tiles; takes the grid's x and y and a tile counter after y_offset */
             fprintf(man, " persistent=counter");
+        if (pick) {
+            const char *text = host_text(a, d, pick->operands[0]);
+            if (!text)
+                return false;
+            fprintf(man, first_side ? " when=%s" : " when=(%s==0)", text);
+        }
         fputc('\n', man);
         /* the tensor maps it takes by value, after y_offset, in order */
         for (int j = 0; j < info.ntmaps; j++) {

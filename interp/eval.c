@@ -1187,6 +1187,10 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_ATTENTION: return eval_attention(in, op);
     case OP_FUSED_GEMM: return eval_fused_gemm(in, op);
     case OP_LAUNCH: return eval_launch(in, op);
+    case OP_CHOOSE:   /* (both launches ran: each variant is checked at every size) */
+        map_put(in->arena, &in->values, op->results[0],
+                get(in, op->operands[get(in, op->operands[0])->data[0] != 0 ? 1 : 2]));
+        return true;
     case OP_ALLOC: return eval_alloc(in, op);
     case OP_COPY_ASYNC: return eval_copy_async(in, op);
     case OP_WAIT: return eval_wait(in, op);

@@ -525,6 +525,17 @@ static void verify_assert_(Verifier *v, Op *op) {
         op_error(v, op, "needs an i1 condition and attribute 'message'");
 }
 
+/* One of two launches' results, by a host condition on the dims: the
+ * runtime launches only the kernels that make the chosen one (tiling's
+ * variants per size range; the interpreter runs both). */
+static void verify_choose(Verifier *v, Op *op) {
+    const Type *c = op->operands[0]->type, *r = op->results[0]->type;
+    if (c->kind != TY_SCALAR || c->elem != SK_I1)
+        op_error(v, op, "condition must be an i1 scalar");
+    else if (r->kind != TY_TENSOR || !type_equal(op->operands[1]->type, r) || !type_equal(op->operands[2]->type, r))
+        op_error(v, op, "chooses between two tensors of its result's type");
+}
+
 static void verify_constant(Verifier *v, Op *op) {
     Attr *val = op_attr(op, "value");
     const Type *r = op->results[0]->type;

@@ -13,6 +13,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* A second attention tile for short rows, chosen at run time where the
+ * query length is at most max_n (tiling makes both launches and a
+ * tile.choose of their results): at head dims up to max_d, for keys that
+ * follow the row (causal, windows) only with band_only, else also over every
+ * key; never where a hook reads tensors per key. max_n 0: none. */
+typedef struct AttnShortTile {
+    int64_t max_d, rows, keys, max_n;
+    bool band_only;
+} AttnShortTile;
+
 typedef struct Target {
     const char *name;              /* "sm_70": -arch and schedule blocks */
     const char *family;            /* "Volta": for messages */
@@ -30,6 +40,7 @@ typedef struct Target {
      * without hooks that read a tensor per key, and with them (a document
      * mask's doc[b, j], a bias[h, i, j]: more registers per score) */
     int64_t attn_tile_d64[2], attn_tile_d64_gathers[2];
+    AttnShortTile attn_short[2];   /* the first whose max_d the head dim does not pass */
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */
     int64_t row_block;             /* rows per program of a row kernel */

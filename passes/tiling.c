@@ -483,63 +483,37 @@ static int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, i
     return n;
 }
 
-static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
+/* The launch of attention op `att` in BM x BN tiles (its grid computed in
+ * `outer`): a program per BM query rows of one (batch, head). */
+static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int64_t BN, Builder *outer,
+                            const PtrVec *side) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
     AttnTile t = {0};
-    int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
-    /* an exact band (the mask is nothing but it) that follows the row:
-     * causal, sliding windows; not a document mask */
-    Attr *band = op_attr(att, "band");
-    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
-    KeyShape keys = gathers_per_key(att) ? KEYS_GATHERED : KEYS_ALL;
-    for (int i = 0; exact && exact->i && i < 2; i++) {
-        Attr *bound = attrs_get(band->entries, band->n, i ? "lo" : "hi");
-        Attr *k = bound ? attrs_get(bound->entries, bound->n, "i") : NULL;
-        if (k && k->i)
-            keys = KEYS_FOLLOW_ROW;
-    }
-    t.BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, keys));
-    t.BN = schedule_tile(func, ctx->arch, 1,
-                         fit_keys(ctx->arch, func, t.BM, default_tile(ctx->arch, true, 1, D, keys), D));
+    t.BM = BM;
+    t.BN = BN;
     t.acc = op_attr(att, "acc")->type->elem;
     t.dt = qt->elem;
     t.scale = op_attr(att, "scale")->f;
     t.att = att;
-    if (qt->dims[3].sym || vt->dims[3].sym)
-        return true;   /* symbolic head dims: the frontend never makes these */
     t.D = qt->dims[3].size;
     t.DV = vt->dims[3].size;
-    PtrVec side = {0};
-    collect_side_tensors(att, ctx->arena, &side);
-    int nin = 3 + side.len;
+    int nin = 3 + side->len;
     Value **inputs = NEW_ARRAY(ctx->arena, Value *, nin);
     memcpy(inputs, att->operands, sizeof(Value *) * 3);
-    for (int i = 0; i < side.len; i++)
-        inputs[3 + i] = side.items[i];
-    Builder outer = {ctx->arena, NULL, NULL, att->loc};
-    Block tmp = {0};
-    outer.blk = &tmp;
-    if (!dim_equal(qt->dims[1], kt->dims[1]) && (qt->dims[1].sym || kt->dims[1].sym)) {
-        /* GQA with symbolic heads: the grouping needs Hq % Hkv == 0 */
-        Value *r = b_bin(&outer, OP_REM, b_dim(&outer, qt->dims[1]), b_dim(&outer, kt->dims[1]));
-        Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){b_cmp(&outer, "eq", r, b_index(&outer, 0))}, 0, NULL, 0);
-        check->loc = att->loc;
-        op_set_attr(ctx->arena, check, "message",
-                    attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
-        block_append(&tmp, check);
-    }
-    Value *grid[3] = {b_ceildiv(&outer, b_dim(&outer, qt->dims[2]), t.BM),
-                      b_bin(&outer, OP_MUL, b_dim(&outer, qt->dims[0]), b_dim(&outer, qt->dims[1])),
-                      b_index(&outer, 1)};
+    for (int i = 0; i < side->len; i++)
+        inputs[3 + i] = side->items[i];
+    Value *grid[3] = {b_ceildiv(outer, b_dim(outer, qt->dims[2]), t.BM),
+                      b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, qt->dims[1])),
+                      b_index(outer, 1)};
     Value **args;
-    Op *l = new_launch(&outer, att, grid, nin, inputs, &args);
+    Op *l = new_launch(outer, att, grid, nin, inputs, &args);
     schedule_warps(ctx, func, l);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, att->loc};
     t.b = &b;
     t.Q = args[3], t.K = args[4], t.V = args[5];
     map_init(&t.memrefs, false);
-    for (int i = 0; i < side.len; i++)
-        map_put(ctx->arena, &t.memrefs, side.items[i], args[6 + i]);
+    for (int i = 0; i < side->len; i++)
+        map_put(ctx->arena, &t.memrefs, side->items[i], args[6 + i]);
     /* which (batch, head, kv head) and rows this program owns */
     Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]);
     t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
@@ -606,7 +580,85 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
         store(&b, args[3 + nin + 1], lse, li, lse_dims);
     }
     yield(&b, 0, NULL);
-    replace_with_launch(ctx, att, &tmp, l);
+    return l;
+}
+
+
+/* The short-rows variant of the target for this attention (head dim D,
+ * keys of class `keys`), or NULL: none, or the schedule gives a tile. */
+static const AttnShortTile *short_tile(const Op *func, const char *arch, int64_t D, KeyShape keys) {
+    if (schedule_directive(func, arch, "tile") || keys == KEYS_GATHERED)
+        return NULL;
+    const Target *t = target_lookup(arch);
+    for (size_t i = 0; i < sizeof t->attn_short / sizeof *t->attn_short; i++) {
+        const AttnShortTile *v = &t->attn_short[i];
+        if (v->max_n && D <= v->max_d)
+            return !v->band_only || keys == KEYS_FOLLOW_ROW ? v : NULL;
+    }
+    return NULL;
+}
+
+static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
+    const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
+    int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
+    if (qt->dims[3].sym || vt->dims[3].sym)
+        return true;   /* symbolic head dims: the frontend never makes these */
+    /* an exact band (the mask is nothing but it) that follows the row:
+     * causal, sliding windows; not a document mask */
+    Attr *band = op_attr(att, "band");
+    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    KeyShape keys = gathers_per_key(att) ? KEYS_GATHERED : KEYS_ALL;
+    for (int i = 0; exact && exact->i && i < 2; i++) {
+        Attr *bound = attrs_get(band->entries, band->n, i ? "lo" : "hi");
+        Attr *k = bound ? attrs_get(bound->entries, bound->n, "i") : NULL;
+        if (k && k->i)
+            keys = KEYS_FOLLOW_ROW;
+    }
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, keys));
+    int64_t BN = schedule_tile(func, ctx->arch, 1,
+                               fit_keys(ctx->arch, func, BM, default_tile(ctx->arch, true, 1, D, keys), D));
+    const AttnShortTile *sh = short_tile(func, ctx->arch, D, keys);
+    if (sh && !qt->dims[2].sym) {   /* the query length is known: the variant for it, now */
+        if (qt->dims[2].size <= sh->max_n)
+            BM = sh->rows, BN = sh->keys;
+        sh = NULL;
+    }
+    PtrVec side = {0};
+    collect_side_tensors(att, ctx->arena, &side);
+    Builder outer = {ctx->arena, NULL, NULL, att->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    if (!dim_equal(qt->dims[1], kt->dims[1]) && (qt->dims[1].sym || kt->dims[1].sym)) {
+        /* GQA with symbolic heads: the grouping needs Hq % Hkv == 0 */
+        Value *r = b_bin(&outer, OP_REM, b_dim(&outer, qt->dims[1]), b_dim(&outer, kt->dims[1]));
+        Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){b_cmp(&outer, "eq", r, b_index(&outer, 0))}, 0, NULL, 0);
+        check->loc = att->loc;
+        op_set_attr(ctx->arena, check, "message",
+                    attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
+        block_append(&tmp, check);
+    }
+    Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side);
+    if (!sh) {
+        replace_with_launch(ctx, att, &tmp, l);
+        return true;
+    }
+    /* short rows (the query length at most sh->max_n) in the variant's
+     * tiles, the rest in the default's: both launches, and each result
+     * chosen by the length (the runtime launches one; doc/passes.md) */
+    block_append(&tmp, l);
+    Op *ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side);
+    block_append(&tmp, ls);
+    Value *is_short = b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n));
+    for (int i = 0; i < att->nresults; i++) {
+        Value *pick = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3,
+                             (Value *[]){is_short, ls->results[i], l->results[i]});
+        map_put(ctx->arena, &replaced, att->results[i], pick);
+    }
+    for (Op *o = tmp.first, *next_op; o; o = next_op) {
+        next_op = o->next;
+        op_insert_before(att, o);
+    }
+    op_unlink(att);
     return true;
 }
 

@@ -60,6 +60,8 @@ typedef struct TmapSpec {
 typedef struct KernelSpec {
     char name[128];
     char grid[3][256];
+    char when[256];       /* launched only where this expression of the dims holds ("": always): one
+                             variant of a block's kernels per size range (tile.choose) */
     int threads;
     int64_t smem;
     bool ysplit;          /* takes its first y as a last parameter: grid.y is launched in slices */
@@ -313,6 +315,11 @@ static int parse_entry(attnrt_module *m, Block **curp, Entry *e, int lineno) {
                 return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, w[i]);
             k->args[k->nargs++] = t;
         }
+        const char *when = get(e, "when");   /* optional */
+        if (when && strlen(when) >= sizeof k->when)
+            return fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: when= is longer than %d characters", lineno,
+                        (int)sizeof k->when - 1);
+        snprintf(k->when, sizeof k->when, "%s", when ? when : "");
         const char *zero = get(e, "zero");   /* optional */
         if (zero) {
             snprintf(buf, sizeof buf, "%s", zero);
@@ -968,6 +975,15 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         dimvals[i] = *lookup(&bd, b->dims[i]);
     for (int ki = 0; ki < b->nkernels; ki++) {
         KernelSpec *k = &b->kernels[ki];
+        if (k->when[0]) {   /* a variant for other sizes: not this call's */
+            Expr e = {k->when, &bd, false};
+            int64_t holds = expr_logic(&e);
+            if (e.bad || *e.p)
+                return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad when= expression '%s'", b->name, k->name,
+                            k->when);
+            if (!holds)
+                continue;
+        }
         int64_t grid[3];
         if ((rc = eval_grid(b, k, &bd, grid)))
             return rc;

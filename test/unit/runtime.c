@@ -71,6 +71,15 @@ int main(int argc, char **argv) {
     report("persistent-z", attnrt_load_data(persistent_z, sizeof persistent_z - 1, &m));
     const char persistent_old[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k persistent=1\n";
     report("persistent-kind", attnrt_load_data(persistent_old, sizeof persistent_old - 1, &m));
+    /* when=: a kernel launched only where an expression of the dims holds (a variant per size range) */
+    const char when_good[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k when=((N<=1024)==0)\n"
+                                             "// kernel name=b_k1 grid=N;2;1 threads=128 smem=0 args=k when=(N<=1024)\n// end\n";
+    report("when-good", attnrt_load_data(when_good, sizeof when_good - 1, &m));
+    attnrt_unload(m);
+    m = NULL;
+    char when_long[1024];
+    snprintf(when_long, sizeof when_long, PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k when=(N<=%0300d)\n", 1);
+    report("when-long", attnrt_load_data(when_long, strlen(when_long), &m));
     /* zero=: tensors the runtime clears before a launch (the backward's dQ accumulator) */
 #define ZERO_HEAD "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
                   "// tensor role=in name=k dtype=f16 shape=N,64\n// tensor role=tmp name=tmp0 dtype=f32 shape=N,64\n"
