@@ -585,9 +585,11 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
 
 
 /* The short-rows variant of the target for this attention (head dim D,
- * keys of class `keys`), or NULL: none, or the schedule gives a tile. */
+ * keys of class `keys`), or NULL: none, or the block has a schedule for
+ * the target (it describes the one kernel: its tile, warps, producer...). */
 static const AttnShortTile *short_tile(const Op *func, const char *arch, int64_t D, KeyShape keys) {
-    if (schedule_directive(func, arch, "tile") || keys == KEYS_GATHERED)
+    Attr *all = op_attr(func, "schedule");
+    if ((all && attrs_get(all->entries, all->n, arch)) || keys == KEYS_GATHERED)
         return NULL;
     const Target *t = target_lookup(arch);
     for (size_t i = 0; i < sizeof t->attn_short / sizeof *t->attn_short; i++) {
