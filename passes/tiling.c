@@ -188,17 +188,22 @@ static Value *vectorise(Builder *b, const Block *region, Value **args, const Map
  * function per launch, which made tiling quadratic (3 s for 1,600 ops). */
 static Map replaced;
 
-/* Puts the grid computation (built in `tmp`) and the launch where `op` was,
- * and the launch's results in place of op's. */
-static void replace_with_launch(PassContext *ctx, Op *op, Block *tmp, Op *l) {
+/* Puts the ops built in `tmp` (grid computations, launches) where `op`
+ * was, and `results` in place of op's. */
+static void replace_with(PassContext *ctx, Op *op, Block *tmp, Value **results) {
     for (Op *o = tmp->first, *next_op; o; o = next_op) {
         next_op = o->next;
         op_insert_before(op, o);
     }
-    op_insert_before(op, l);
     for (int i = 0; i < op->nresults; i++)
-        map_put(ctx->arena, &replaced, op->results[i], l->results[i]);
+        map_put(ctx->arena, &replaced, op->results[i], results[i]);
     op_unlink(op);
+}
+
+/* The grid computation (built in `tmp`) and the launch where `op` was. */
+static void replace_with_launch(PassContext *ctx, Op *op, Block *tmp, Op *l) {
+    block_append(tmp, l);
+    replace_with(ctx, op, tmp, l->results);
 }
 
 static void redirect(Op *op) {
@@ -583,7 +588,6 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     return l;
 }
 
-
 /* The short-rows variant of the target for this attention (head dim D,
  * keys of class `keys`), or NULL: none, or the block has a schedule for
  * the target (it describes the one kernel: its tile, warps, producer...). */
@@ -651,16 +655,11 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     Op *ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side);
     block_append(&tmp, ls);
     Value *is_short = b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n));
-    for (int i = 0; i < att->nresults; i++) {
-        Value *pick = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3,
-                             (Value *[]){is_short, ls->results[i], l->results[i]});
-        map_put(ctx->arena, &replaced, att->results[i], pick);
-    }
-    for (Op *o = tmp.first, *next_op; o; o = next_op) {
-        next_op = o->next;
-        op_insert_before(att, o);
-    }
-    op_unlink(att);
+    Value **picks = NEW_ARRAY(ctx->arena, Value *, att->nresults);
+    for (int i = 0; i < att->nresults; i++)
+        picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3,
+                          (Value *[]){is_short, ls->results[i], l->results[i]});
+    replace_with(ctx, att, &tmp, picks);
     return true;
 }
 
@@ -990,14 +989,7 @@ static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     }
     block_append(&tmp, post);
 placed:
-    for (Op *o = tmp.first, *next_op; o; o = next_op) {
-        next_op = o->next;
-        op_insert_before(op, o);
-    }
-    map_put(a, &replaced, op->results[0], post->results[0]);
-    map_put(a, &replaced, op->results[1], mainl->results[0]);
-    map_put(a, &replaced, op->results[2], mainl->results[1]);
-    op_unlink(op);
+    replace_with(ctx, op, &tmp, (Value *[]){post->results[0], mainl->results[0], mainl->results[1]});
     return true;
 }
 
