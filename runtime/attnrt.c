@@ -689,6 +689,14 @@ static int64_t expr_logic(Expr *e) {
     return v;
 }
 
+/* A condition of the dims (an assert's, a kernel's when=) into *holds;
+ * false: the text is not an expression. */
+static bool eval_condition(const char *text, Binding *bd, int64_t *holds) {
+    Expr e = {text, bd, false};
+    *holds = expr_logic(&e);
+    return !e.bad && !*e.p;
+}
+
 static int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
     for (int g = 0; g < 3; g++) {
         Expr e = {k->grid[g], bd, false};
@@ -828,9 +836,8 @@ static int check_all(const Block *b, const attnrt_tensor *in, int nin, const att
         if (!lookup(bd, b->dims[i]))
             return fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s is not bound by any input", b->name, b->dims[i]);
     for (int i = 0; i < b->nasserts; i++) {
-        Expr e = {b->asserts[i].expr, bd, false};
-        int64_t holds = expr_logic(&e);
-        if (e.bad || *e.p)
+        int64_t holds;
+        if (!eval_condition(b->asserts[i].expr, bd, &holds))
             return fail(ATTNRT_ERROR_MANIFEST, "block '%s': bad check '%s'", b->name, b->asserts[i].expr);
         if (!holds) {
             char dims[256] = "";
@@ -976,9 +983,8 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
     for (int ki = 0; ki < b->nkernels; ki++) {
         KernelSpec *k = &b->kernels[ki];
         if (k->when[0]) {   /* a variant for other sizes: not this call's */
-            Expr e = {k->when, &bd, false};
-            int64_t holds = expr_logic(&e);
-            if (e.bad || *e.p)
+            int64_t holds;
+            if (!eval_condition(k->when, &bd, &holds))
                 return fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad when= expression '%s'", b->name, k->name,
                             k->when);
             if (!holds)
