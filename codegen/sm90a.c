@@ -226,6 +226,36 @@ static void complete(Cg *cg, const Op *op) {
     }
 }
 
+/* Does op read the result of a dot? */
+static bool reads_a_dot(const Op *op) {
+    for (int i = 0; i < op->noperands; i++)
+        if (op->operands[i]->def && op->operands[i]->def->kind == OP_DOT)
+            return true;
+    return false;
+}
+
+/* Ping-pong's turn holds a run of dots: the dot after `dot` in its block
+ * shares its turn when no op from `dot` on reads a dot's result (the turn
+ * never waits for a dot). In softmax-overlap's loop that pairs Q·Kᵀ(j)
+ * and P·V(j−1), FlashAttention-3's turn: one warpgroup issues both while
+ * the other runs its softmax. */
+static const Op *next_in_turn(const Op *dot) {
+    for (const Op *op = dot->next; op; op = op->next) {
+        if (op->nregions || reads_a_dot(op))
+            return NULL;
+        if (op->kind == OP_DOT)
+            return op;
+    }
+    return NULL;
+}
+
+static const Op *prev_in_turn(const Op *dot) {
+    for (const Op *op = dot->prev; op && !op->nregions; op = op->prev)
+        if (op->kind == OP_DOT)
+            return next_in_turn(op) == dot ? op : NULL;
+    return NULL;
+}
+
 static void emit_dot(Cg *cg, const Op *op) {
     const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
     int64_t K = at->dims[1].size, N = bt->dims[1].size;
@@ -282,7 +312,7 @@ static void emit_dot(Cg *cg, const Op *op) {
             afr[4 * ks + j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
         }
     LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
-    if (cg->pingpong && cg->role == ROLE_CONSUMER)   /* this warpgroup's turn */
+    if (cg->pingpong && cg->role == ROLE_CONSUMER && !prev_in_turn(op))   /* this warpgroup's turn */
         pingpong_barrier(cg, "sync", wg);
     cg_asm(cg, "wgmma.fence.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     for (int64_t n0 = 0; n0 < N; n0 += 256) {   /* N up to 256 an instruction */
@@ -293,7 +323,7 @@ static void emit_dot(Cg *cg, const Op *op) {
                   operand_at(cg, &bo, ks), !(fresh && ks == 0), a_mn, b_mn);
     }
     cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-    if (cg->pingpong && cg->role == ROLE_CONSUMER)   /* issued: the next warpgroup's turn */
+    if (cg->pingpong && cg->role == ROLE_CONSUMER && !next_in_turn(op))   /* issued: the next warpgroup's turn */
         pingpong_barrier(cg, "arrive", LLVMBuildURem(cg->b, add32(cg, wg, 1), ci32(cg, cg->nwarps / 4), ""));
     if (cg->nin_flight == (int)(sizeof cg->in_flight / sizeof cg->in_flight[0]))
         complete(cg, NULL);   /* (no kernel keeps this many in flight) */
