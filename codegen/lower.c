@@ -125,6 +125,58 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
     return true;
 }
 
+/* O·α, the online softmax's rescale of the accumulator by a row vector
+ * in a key loop of a softmax-overlap launch: when no row of the warp moved its
+ * max (every α is 1, as in most key tiles of a long row), the product is O
+ * itself, so a warp-uniform branch skips the multiplies (64 FMUL a key
+ * tile at head dim 128). Same values either way. */
+static bool skips_unit_scale(Cg *cg, const Op *op) {
+    if (!cg->lazy_dots || op->kind != OP_MUL)
+        return false;
+    const Value *x = op->operands[0], *a = op->operands[1];
+    return op->parent != cg->top && x->type->kind == TY_TILE && a->type->kind == TY_TILE &&
+           a->type->rank == 2 && a->type->dims[1].size == 1 && x->type->dims[1].size > 1 &&
+           x->type->elem == op->results[0]->type->elem && x->type->elem == SK_F32;
+}
+
+static void scale_unless_unit(Cg *cg, const Op *op, Dist **ops, const ScalarKind *ks, Dist *r, const Pos *ps, int n) {
+    ScalarKind rk = op->results[0]->type->elem;
+    LLVMValueRef *x = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)n), *a = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)n);
+    LLVMValueRef unit = LLVMConstInt(cg->i1, 1, 0);
+    for (int k = 0; k < n; k++) {
+        x[k] = dist_get(cg, ops[0], ps[k]);
+        a[k] = dist_get(cg, ops[1], ps[k]);
+    }
+    for (int s = 0; s < ops[1]->n; s++)
+        if (ops[1]->v[s])
+            unit = LLVMBuildAnd(cg->b, unit,
+                                LLVMBuildFCmp(cg->b, LLVMRealOEQ, cg_cast(cg, ops[1]->v[s], ops[1]->elem, SK_F32),
+                                              fconst(cg, SK_F32, 1), ""), "");
+    LLVMValueRef args[2] = {ci32(cg, -1), unit};
+    LLVMValueRef all = cg_call(cg, "llvm.nvvm.vote.all.sync", cg->i1, args, 2);
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef scale = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "scale");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "scaled");
+    LLVMBuildCondBr(cg->b, all, join, scale);
+    LLVMPositionBuilderAtEnd(cg->b, scale);
+    LLVMValueRef *y = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)n);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef xa[2] = {x[k], a[k]};
+        y[k] = scalar_op(cg, op, rk, xa, ks);
+    }
+    LLVMBasicBlockRef scaled = LLVMGetInsertBlock(cg->b);
+    LLVMBuildBr(cg->b, join);
+    LLVMPositionBuilderAtEnd(cg->b, join);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef phi = LLVMBuildPhi(cg->b, LLVMTypeOf(y[k]), "");
+        LLVMValueRef in[2] = {x[k], y[k]};
+        LLVMBasicBlockRef bb[2] = {from, scaled};
+        LLVMAddIncoming(phi, in, bb, 2);
+        dist_set(cg, r, ps[k], phi);
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, r));
+}
+
 static void emit_elementwise(Cg *cg, const Op *op) {
     const Type *rt = op->results[0]->type;
     if (rt->kind == TY_SCALAR) {
@@ -151,6 +203,10 @@ static void emit_elementwise(Cg *cg, const Op *op) {
     int n = positions(cg, rows, cols, &ps);
     if (op->kind == OP_CMP && index_cmp(cg, op, r, ps, n)) {
         cv_put(cg, op->results[0], cv_dist(cg, r));
+        return;
+    }
+    if (skips_unit_scale(cg, op)) {
+        scale_unless_unit(cg, op, ops, ks, r, ps, n);
         return;
     }
     for (int k = 0; k < n; k++) {

@@ -837,8 +837,14 @@ static bool layout_launch(const Lower *l, Op *launch) {
              * TFLOP/s at 64 × 64; one block an SM before) */
             if (warps == 4 && 2 * buffer_bytes(body) <= l->t->smem_limit)
                 op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
-            /* ping-pong between consumer warpgroups (schedule pingpong(0|1)) */
-            if (warps >= 8 && pp && pp->i)
+            /* ping-pong between consumer warpgroups, a turn holding Q·Kᵀ(j)
+             * and P·V(j−1). Default (session 13, H200, same run): on where
+             * the keys do not follow the query tile, up to head dim 128
+             * (head dim 64 +5 to 7 %, 128 +1 to 2 %); off under a causal
+             * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
+             * −3 %). The schedule's pingpong(0|1) decides. */
+            bool ping = pp ? pp->i != 0 : s.carried_cols <= 128 && !keys_follow_queries(a, body, body->args[0]);
+            if (warps >= 8 && ping)
                 op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
             /* persistent blocks: each loops over the grid's tiles, so the
              * producer fetches the next tile's Q and K/V while the

@@ -71,10 +71,11 @@ const Target targets[] = {
          * (a document mask spilled at 128 key rows) */
         .attn_tile = {128, 128}, .attn_tile_d64 = {192, 128}, .attn_tile_d64_gathers = {128, 64},
         /* short rows in 64 x 64 tiles, two blocks an SM (session 12, f16:
-         * head dim 64 N 512 / 1k 334 / 378 -> 357 / 385 TFLOP/s, causal
-         * 201 / 281 -> 235 / 293; head dim 128 causal N 512 296 -> 315,
-         * but 1k 408 -> 378) */
-        .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 1024},
+         * head dim 64 causal N 512 / 1k 201 / 281 -> 235 / 293 TFLOP/s;
+         * head dim 128 causal N 512 296 -> 315, but 1k 408 -> 378). Over
+         * every key head dim 64 ran faster in 192 x 128 with ping-pong
+         * (session 13: N 1k 389 in 64 x 64, 415 so) */
+        .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 1024, .band_only = true},
                        {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
         .gemm_tile = {128, 128, 64}, .stages = 2,
         .row_block = 2,
