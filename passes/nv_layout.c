@@ -825,7 +825,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * the same speed either way). The schedule's producer(0|1) decides. */
         Attr *ws = op_attr(launch, "producer"), *pp = op_attr(launch, "pingpong");
         bool wide = s.dot_cols > 64 || (s.dot_cols && s.carried_cols > 128);
-        bool specialise = ws ? ws->i != 0 : wide || keys_follow_queries(a, body, body->args[0]);
+        bool band = keys_follow_queries(a, body, body->args[0]);   /* causal, windows */
+        bool specialise = ws ? ws->i != 0 : wide || band;
         if (specialise) {
             op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
             tma_scratch_loads(a, launch);
@@ -843,7 +844,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
              * (head dim 64 +5 to 7 %, 128 +1 to 2 %); off under a causal
              * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
              * −3 %). The schedule's pingpong(0|1) decides. */
-            bool ping = pp ? pp->i != 0 : s.carried_cols <= 128 && !keys_follow_queries(a, body, body->args[0]);
+            bool ping = pp ? pp->i != 0 : s.carried_cols <= 128 && !band;
             if (warps >= 8 && ping)
                 op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
             /* persistent blocks: each loops over the grid's tiles, so the
