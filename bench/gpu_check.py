@@ -37,6 +37,8 @@ ARCH = "sm_70"       # the target compiled for (--arch)
 F16ACC = True        # whether `acc f16` is tested: f16 tensors
 DT = torch.float16   # the element type of every tensor (--dtype)
 DTN = "f16"          # its name in .attn
+REF_ON_CPU = False   # --only sanitize: the references run on the CPU, so that
+                     # compute-sanitizer sees attnc's kernels and not cuBLAS's
 
 
 def fp16acc_slack(k_terms):
@@ -144,6 +146,9 @@ def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_
         outs.append(torch.full((B, H, NQ), float("nan"), device="cuda", dtype=torch.float32))
     mod.run(block, q, k, v, *extra_inputs, out=outs)
     torch.cuda.synchronize()
+    if REF_ON_CPU:
+        q, k, v, outs = q.cpu(), k.cpu(), v.cpu(), [t.cpu() for t in outs]
+        o = outs[0]
     o64, lse64 = attention_ref(q, k, v, scale, mask_fn, score_fn, torch.float64)
     o16, lse16 = attention_ref(q, k, v, scale, mask_fn, score_fn, None)
     ref_err = max_err(o16, o64)
@@ -494,7 +499,7 @@ def main():
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--only", choices=["attention", "mlp", "emulation", "sanitize"], default=None)
     args = ap.parse_args()
-    global ARCH, DT, DTN, F16ACC
+    global ARCH, DT, DTN, F16ACC, REF_ON_CPU
     ARCH, DTN = args.arch, args.dtype
     DT = torch.float16 if DTN == "f16" else torch.bfloat16
     F16ACC = DT == torch.float16
@@ -516,6 +521,7 @@ def main():
     if args.only is None:
         binding_errors(rep, tmp)
     if args.only == "sanitize":   # small cases for compute-sanitizer
+        REF_ON_CPU = True
         name = "san_causal"
         acc = accs()[-1]
         mod = compile_src(args.kit, tmp, name, attention_src(name, 2, 1, 64, acc, "j <= i", None, False))

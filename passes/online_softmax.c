@@ -3,7 +3,9 @@
  * running max m, a running sum l and an unnormalised accumulator rescaled
  * whenever m moves (FlashAttention's online softmax); one division at the end.
  * Scores go to base 2 (exp2, with log2(e) folded into the scale when the
- * scale is the last thing applied before the mask).
+ * scale is the last thing applied before the mask). With an f32
+ * accumulator m moves lazily (lazy_max): only when a row's max outgrows it
+ * by more than 8, so that α is exactly 1 in almost every iteration.
  *
  *   %m = tile.for ... {softmax = "max"}       %m, %l, %acc = tile.for(..., -inf, 0, 0) ({
  *   %l = tile.for ... {softmax = "sum"}  ==>    s2 = scores · log2(e); m' = max(m, rowmax(s2))
@@ -126,6 +128,22 @@ static bool scaled_scores(Value *s, Value **x, Value **valid, double *c) {
     return true;
 }
 
+/* FlashAttention-4's conditional rescale: the running max m moves to a row's
+ * new max only when that exceeds m by more than LAZY_MAX_SLACK (base 2), so
+ * that after the first key tile or two α is exactly 1 in almost every
+ * iteration and codegen's warp vote skips O·α (lower.c skips_unit_scale).
+ * The softmax is unchanged: m is any common offset of the row's exponents,
+ * l and O are kept relative to the same m, and o = O / l, lse = m + log l
+ * are exact; p = exp2(s − m) is then at most 2^8, which f16 and bf16 hold
+ * with full precision and an f32 accumulator with room to spare. Not with
+ * FP16-ACC (O itself in f16: 256 × a row of V could overflow). */
+enum { LAZY_MAX_SLACK = 8 };
+
+static Value *lazy_max(Builder *b, Value *m, Value *m_max) {
+    Value *grew = b_cmp(b, "gt", b_bin(b, OP_SUB, m_max, m), b_float(b, SK_F32, LAZY_MAX_SLACK));
+    return b_select(b, grew, m_max, m);
+}
+
 /* One segment: lpv's body becomes the body of a loop carrying (m, l, acc)
  * from `init` (the max and sum loops' work is redone there: they die);
  * returns the new loop (inserted before lpv). */
@@ -158,6 +176,7 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     Value *ninf = b_float(&b, types[0]->elem, -INFINITY);
     Value *x, *valid, *m_new, *p;
     double c;
+    bool lazy = rescale && dot_t == SK_F32;
     if (scaled_scores(pv.scores, &x, &valid, &c)) {
         /* FlashAttention-2's form: the row max of the unscaled scores, scaled
          * once per row (max commutes with rounding x·c, c > 0), and
@@ -169,12 +188,16 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
         Value *k = b_float(&b, SK_F32, c * 1.4426950408889634);
         Value *xm = valid ? b_select(&b, valid, x, ninf) : x;
         m_new = b_bin(&b, OP_MAX, m, b_bin(&b, OP_MUL, b_row_reduce(&b, "max", xm), k));
+        if (lazy)
+            m_new = lazy_max(&b, m, m_new);
         p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, b_bin(&b, OP_MUL, xm, k), m_new));
     } else {
         Value *s = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
                                                    : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),
                                                            b_float(&b, SK_F32, 1.4426950408889634));
         m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
+        if (lazy)
+            m_new = lazy_max(&b, m, m_new);
         p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s, m_new));
     }
     Value *alpha = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, m, m_new));
