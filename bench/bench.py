@@ -2,7 +2,7 @@
 """bench.py — attnc side by side with its peers, in one process, on one GPU.
 
     python3 bench/bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
-                           [--schedule "warps(8)" ...] [--only attention|mlp] [--dtype f16|bf16]
+                           [--schedule "warps(8)" ...] [--compare OTHER_ATTNC] [--only attention|mlp] [--dtype f16|bf16]
                            [--ns 512 1024 ...] [--head-dims 64 128 ...]   (a subset of the rows)
 
 The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
@@ -19,7 +19,10 @@ cuBLAS fp16 GEMM rate at 8192³ (the ceiling; head dim 128 rows at N >= 8k
 are reported as a fraction of it). Each
 --schedule S adds a column "attnc S": the same blocks compiled with
 `schedule NAME for ARCH { S }`, timed in the same run, to measure a
-schedule choice against the default.
+schedule choice against the default. --compare ATTNC adds a column
+"attnc compare": the same blocks compiled by another attnc binary (say the
+last commit's), timed row by row beside this one in the same process, the
+A/B of a compiler change with the least drift between A and B.
 
 Writes DIR/bench.json, DIR/bench.md (the tables for bench/RESULTS.md) and
 DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
@@ -75,17 +78,38 @@ def compile_block(tmp, arch, name, text):
 
 def compile_variants(args, tmp, kind, name, src):
     """The block `name` of src once more under each --schedule, renamed
-    NAME_sI: [(schedule, module, block name)]; one that does not compile
+    NAME_sI, and with the --compare attnc (column "compare"), renamed
+    NAME_cmp: [(column, module, block name)]; one that does not compile
     (too much shared memory) is reported and left out."""
     variants = []
-    for i, sched in enumerate(args.schedule):
-        vname = f"{name}_s{i}"
-        vsrc = src.replace(f"{kind} {name}(", f"{kind} {vname}(") + f"schedule {vname} for {args.arch} {{ {sched} }}\n"
+    for i, sched in enumerate(args.schedule + ([COMPARE] if args.compare else [])):
+        other = sched == COMPARE
+        vname = f"{name}_cmp" if other else f"{name}_s{i}"
+        vsrc = src.replace(f"{kind} {name}(", f"{kind} {vname}(")
+        if not other:
+            vsrc += f"schedule {vname} for {args.arch} {{ {sched} }}\n"
+        own = os.environ["ATTNC"]
         try:
+            if other:   # (attnc.compile runs $ATTNC)
+                os.environ["ATTNC"] = args.compare
             variants.append((sched, compile_block(tmp, args.arch, vname, vsrc)[0], vname))
         except attnc.AttncError as e:
             log(what="compile", block=vname, schedule=sched, error=str(e).splitlines()[0][:200])
+        finally:
+            os.environ["ATTNC"] = own
     return variants
+
+
+COMPARE = "compare"   # the column of the --compare attnc's kernels
+
+
+def columns(args):
+    """The extra columns: one per --schedule, then --compare's."""
+    return args.schedule + ([COMPARE] if args.compare else [])
+
+
+def column_name(col):
+    return "the --compare attnc" if col == COMPARE else f"schedule `{col}`"
 
 
 def attention(args, tmp):
@@ -149,7 +173,7 @@ def attention(args, tmp):
                     for peer in ("flash", "cudnn", "flex"):
                         if peer in row:
                             row[f"vs_{peer}"] = row["attnc"] / row[peer]
-                            for sched in args.schedule:   # (a variant that did not compile has no column)
+                            for sched in columns(args):   # (a variant that did not compile has no column)
                                 if f"attnc {sched}" in row:
                                     row[f"vs_{peer} {sched}"] = row[f"attnc {sched}"] / row[peer]
                     log(**row)
@@ -210,16 +234,21 @@ def report(args):
         lines.append(f"| {r['dtype']} | {r['D']} | {r['N']} | {r['causal']} | {f(r, 'attnc')} | {f(r, 'flash')} | "
                      f"{f(r, 'cudnn')} | {f(r, 'flex')} | {g(r, 'vs_flash')} | {g(r, 'vs_cudnn')} | "
                      f"{r.get('maxdiff_vs_flash', float('nan')):.1e} |")
-    for sched in args.schedule if att else []:
-        lines.append(f"\nwith schedule `{sched}`: attnc TFLOP/s per row: " +
+    for sched in columns(args) if att else []:
+        lines.append(f"\nwith {column_name(sched)}: attnc TFLOP/s per row: " +
                      ", ".join(f(r, f"attnc {sched}") for r in att))
     for peer in ("flash", "cudnn"):
-        for suffix in [""] + [f" {s}" for s in args.schedule]:
+        for suffix in [""] + [f" {s}" for s in columns(args)]:
             v = [r[f"vs_{peer}{suffix}"] for r in att if f"vs_{peer}{suffix}" in r]
             if v:
                 gm = math.exp(sum(math.log(x) for x in v) / len(v))
                 lines.append(f"\nattnc{suffix} / {peer}: geometric mean {gm:.3f}, min {min(v):.3f}, "
                              f"max {max(v):.3f} over {len(v)} rows")
+    v = [r["attnc"] / r[f"attnc {COMPARE}"] for r in att if f"attnc {COMPARE}" in r]
+    if v:
+        gm = math.exp(sum(math.log(x) for x in v) / len(v))
+        lines.append(f"\nattnc / attnc {COMPARE} ({args.compare}), row by row: geometric mean {gm:.3f}, "
+                     f"min {min(v):.3f}, max {max(v):.3f}; faster in {sum(x > 1 for x in v)} of {len(v)} rows")
     cb = [r for r in rows if r["what"] == "cublas"]
     if cb:
         top = cb[0]["tflops"]
@@ -235,8 +264,8 @@ def report(args):
         for r in m:
             lines.append(f"| {r['block']} | {r['T']} | {r['attnc']:.0f} | {r['eager']:.0f} | {r['compile']:.0f} | "
                          f"{r['vs_eager']:.2f} | {r['vs_compile']:.2f} | {r['maxdiff_vs_eager']:.1e} |")
-        for sched in args.schedule:
-            lines.append(f"\nMLP with schedule `{sched}`: attnc TFLOP/s per row: " +
+        for sched in columns(args):
+            lines.append(f"\nMLP with {column_name(sched)}: attnc TFLOP/s per row: " +
                          ", ".join(f"{r[f'attnc {sched}']:.0f}" for r in m if f"attnc {sched}" in r))
     c = [r for r in rows if r["what"] == "compile"]
     if c:
@@ -262,10 +291,15 @@ def main():
     ap.add_argument("--dtype", choices=["f16", "bf16"], default=None, help="attention in this dtype only")
     ap.add_argument("--schedule", action="append", default=[],
                     help="also time the attention blocks under this schedule (e.g. 'warps(8);')")
+    ap.add_argument("--compare", metavar="ATTNC",
+                    help="also time the blocks compiled by this other attnc binary (an A/B of two compilers, "
+                         "row by row in one process; column 'compare')")
     ap.add_argument("--only", choices=("attention", "mlp"))
     ap.add_argument("--ns", type=int, nargs="+", help="attention at these sequence lengths only")
     ap.add_argument("--head-dims", type=int, nargs="+", help="attention at these head dims only")
     args = ap.parse_args()
+    if args.compare:
+        args.compare = os.path.abspath(args.compare)
     os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
     os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)

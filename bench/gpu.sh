@@ -9,6 +9,8 @@
 #
 #   bench/gpu.sh [--quick] [--no-bench] [--no-sm70] [--arch A]... [--pack]
 #   BENCH_ARGS='--schedule "warps(4);"' bench/gpu.sh   (more bench.py options)
+# A kit made with a second attnc (bench/gpu_kit.sh BUILD OTHER_ATTNC) adds
+# its column to the benchmark (bench.py --compare).
 # --arch A (repeatable): only these targets (sm_70, sm_80, sm_90a; default all)
 # --pack: at the end, everything under $OUT goes into $OUT/gpu-results.tgz
 # and only that, gpu.log and the benchmark tables stay (the device tool
@@ -108,11 +110,15 @@ done
 for f in $san/*.log; do echo "=== $f"; cat "$f"; done > "$OUT/sanitizers.log"
 
 if [ $bench = 1 ]; then
+  compare=""   # gpu_kit.sh's second attnc: an A/B of two compilers, row by row
+  if [ -f $KIT/compare-attnc.xz ]; then
+    xz -dc $KIT/compare-attnc.xz > /tmp/compare-attnc && chmod +x /tmp/compare-attnc && compare="--compare /tmp/compare-attnc"
+  fi
   for arch in $archs; do
     [ $arch = sm_70 ] && continue
     step "benchmark ($arch PTX against SDPA flash / cuDNN / flex; SwiGLU against torch)"
     mkdir -p "$OUT/bench-$arch"
-    eval "python3 bench/bench.py --kit $KIT --out \"$OUT/bench-$arch\" --arch $arch $quick ${BENCH_ARGS:-}" \
+    eval "python3 bench/bench.py --kit $KIT --out \"$OUT/bench-$arch\" --arch $arch $quick $compare ${BENCH_ARGS:-}" \
       > "$OUT/bench-$arch.log" 2>&1 || status=1
     tail -30 "$OUT/bench-$arch.log"
   done
