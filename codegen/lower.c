@@ -127,9 +127,9 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
 
 /* O·α, the online softmax's rescale of the accumulator by a row vector
  * in a key loop of a softmax-overlap launch: when no row of the warp moved its
- * max (every α is 1, as in most key tiles of a long row), the product is O
- * itself, so a warp-uniform branch skips the multiplies (64 FMUL a key
- * tile at head dim 128). Same values either way. */
+ * max (every α is 1: in almost every key tile, as online-softmax moves the
+ * max lazily), the product is O itself, so a warp-uniform branch skips the
+ * multiplies (64 FMUL a key tile at head dim 128). Same values either way. */
 static bool skips_unit_scale(Cg *cg, const Op *op) {
     if (!cg->lazy_dots || op->kind != OP_MUL)
         return false;
