@@ -76,13 +76,25 @@ def compile_block(tmp, arch, name, text):
     return mod, time.time() - t0
 
 
+COMPARE = "compare"   # the column of the --compare attnc's kernels
+
+
+def columns(args):
+    """The extra columns: one per --schedule, then --compare's."""
+    return args.schedule + ([COMPARE] if args.compare else [])
+
+
+def column_name(col):
+    return "the --compare attnc" if col == COMPARE else f"schedule `{col}`"
+
+
 def compile_variants(args, tmp, kind, name, src):
     """The block `name` of src once more under each --schedule, renamed
     NAME_sI, and with the --compare attnc (column "compare"), renamed
     NAME_cmp: [(column, module, block name)]; one that does not compile
     (too much shared memory) is reported and left out."""
     variants = []
-    for i, sched in enumerate(args.schedule + ([COMPARE] if args.compare else [])):
+    for i, sched in enumerate(columns(args)):
         other = sched == COMPARE
         vname = f"{name}_cmp" if other else f"{name}_s{i}"
         vsrc = src.replace(f"{kind} {name}(", f"{kind} {vname}(")
@@ -98,18 +110,6 @@ def compile_variants(args, tmp, kind, name, src):
         finally:
             os.environ["ATTNC"] = own
     return variants
-
-
-COMPARE = "compare"   # the column of the --compare attnc's kernels
-
-
-def columns(args):
-    """The extra columns: one per --schedule, then --compare's."""
-    return args.schedule + ([COMPARE] if args.compare else [])
-
-
-def column_name(col):
-    return "the --compare attnc" if col == COMPARE else f"schedule `{col}`"
 
 
 def attention(args, tmp):
