@@ -174,9 +174,10 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
      * f16 scores times log2(e), would be off by ~2^-11 relative, which exp
      * turns into an error of ~s·2^-11 (1.5% at softcap 30) */
     Value *ninf = b_float(&b, types[0]->elem, -INFINITY);
-    Value *x, *valid, *m_new, *p;
+    /* the row's max of this tile and its base-2 scores s2 (FlashAttention-2's
+     * form makes s2 = xm·k after the max, so xm and k stand for it until then) */
+    Value *x, *valid, *row_max, *s2 = NULL, *xm = NULL, *k = NULL;
     double c;
-    bool lazy = rescale && dot_t == SK_F32;
     if (scaled_scores(pv.scores, &x, &valid, &c)) {
         /* FlashAttention-2's form: the row max of the unscaled scores, scaled
          * once per row (max commutes with rounding x·c, c > 0), and
@@ -185,21 +186,21 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
          * p = exp2(-inf) = 0 with no second select, and the mask is dead
          * once the scores are (64 predicates a thread would otherwise stay
          * live across the row max, which ptxas parks in registers) */
-        Value *k = b_float(&b, SK_F32, c * 1.4426950408889634);
-        Value *xm = valid ? b_select(&b, valid, x, ninf) : x;
-        m_new = b_bin(&b, OP_MAX, m, b_bin(&b, OP_MUL, b_row_reduce(&b, "max", xm), k));
-        if (lazy)
-            m_new = lazy_max(&b, m, m_new);
-        p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, b_bin(&b, OP_MUL, xm, k), m_new));
+        k = b_float(&b, SK_F32, c * 1.4426950408889634);
+        xm = valid ? b_select(&b, valid, x, ninf) : x;
+        row_max = b_bin(&b, OP_MUL, b_row_reduce(&b, "max", xm), k);
     } else {
-        Value *s = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
-                                                   : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),
-                                                           b_float(&b, SK_F32, 1.4426950408889634));
-        m_new = b_bin(&b, OP_MAX, m, b_row_reduce(&b, "max", s));
-        if (lazy)
-            m_new = lazy_max(&b, m, m_new);
-        p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s, m_new));
+        s2 = pv.scores->type->elem == SK_F32 ? to_base2(&b, pv.scores)
+                                             : b_bin(&b, OP_MUL, b_cast(&b, pv.scores, SK_F32),
+                                                     b_float(&b, SK_F32, 1.4426950408889634));
+        row_max = b_row_reduce(&b, "max", s2);
     }
+    Value *m_new = b_bin(&b, OP_MAX, m, row_max);
+    if (rescale && dot_t == SK_F32)
+        m_new = lazy_max(&b, m, m_new);
+    if (!s2)
+        s2 = b_bin(&b, OP_MUL, xm, k);
+    Value *p = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, s2, m_new));
     Value *alpha = b_unary(&b, OP_EXP2, b_bin(&b, OP_SUB, m, m_new));
     Value *l_new = b_bin(&b, OP_ADD, rescale ? b_bin(&b, OP_MUL, l, alpha) : l, b_row_reduce(&b, "sum", p));
     Value *pc = p->type->elem == pv.vtile->type->elem ? p : b_emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
