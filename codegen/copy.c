@@ -181,6 +181,15 @@ static LLVMValueRef entry_alloca(Cg *cg, int64_t init) {
     return slot;
 }
 
+/* Whether each warpgroup owns 64 rows of a tile of `rows` rows (wgmma's
+ * accumulators) and so TMA-stores them itself; else one thread stores the
+ * tile. */
+static bool store_per_warpgroup(const Cg *cg, int64_t rows) {
+    return cg->lay == LAY_ACC && cg->mrep == 1 && rows == 16 * cg->nwarps && rows % 64 == 0;
+}
+
+static int64_t tma_store_rows(const Cg *cg, int64_t rows) { return store_per_warpgroup(cg, rows) ? 64 : rows; }
+
 bool tma_collect(Cg *cg, const Block *blk) {
     const Block *top = cg->spec->launch->regions[0].blocks[0];
     for (const Op *op = blk->first; op; op = op->next) {
@@ -193,10 +202,11 @@ bool tma_collect(Cg *cg, const Block *blk) {
                                               : NULL;
         if (!how || strcmp(how->s, "tma") != 0)
             continue;
-        /* a copy's box is its stage [rows, cols]; a store's, its tile */
+        /* a copy's box is its stage [rows, cols]; a store's, the rows one
+         * thread stores of its tile (tma_store) */
         const Value *src = op->operands[0];
         const Type *st = src->type, *tt = op->operands[1]->type;
-        int64_t rows = op->kind == OP_STORE ? tt->dims[0].size : tt->dims[1].size;
+        int64_t rows = op->kind == OP_STORE ? tma_store_rows(cg, tt->dims[0].size) : tt->dims[1].size;
         int64_t cols = op->kind == OP_STORE ? tt->dims[1].size : tt->dims[2].size;
         Attr *dims = op_attr(op, "dims");
         int arg = -1;
@@ -395,14 +405,27 @@ void tma_copy(Cg *cg, const Op *op) {
  * buffer (what the map's SWIZZLE_128B reads), fence it for the async proxy
  * and meet; then one thread stores it, a cp.async.bulk.tensor per 64-column
  * panel (rows past the tensor's end are not written: TMA clips the box),
- * and commits the stores as a bulk group. Nobody waits for it here: the
- * warps go on (a persistent block to its next tile) while TMA reads the
- * buffer. tma_store_wait waits until it has: before the buffer is written
- * again (a persistent block's next tile, which then meets once more),
- * before its memory is reused and before the kernel returns (drain). */
+ * and commits the stores as a bulk group. Where each warpgroup owns 64 rows
+ * of the tile (wgmma's accumulators) it does this for its rows alone, in
+ * a slab of the buffer of its own, meeting on its own named barrier: a
+ * warpgroup done with a tile stores its rows and goes on without waiting
+ * for the others (emit_tiles). Nobody waits for the store here: the warps
+ * go on (a persistent block to its next tile) while TMA reads the buffer.
+ * tma_store_wait waits until it has: before the slab is written again (a
+ * persistent block's next tile, which then meets once more), before its
+ * memory is reused and before the kernel returns (drain). */
 void tma_store_wait(Cg *cg) {
     if (cg->tma_stores)   /* (a thread that committed no group passes at once) */
         cg_asm(cg, "cp.async.bulk.wait_group.read 0;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+}
+
+/* The threads a TMA store's slab is written by meet (its warpgroup, or
+ * every thread that computes). */
+static void slab_barrier(Cg *cg, bool per_warpgroup) {
+    if (per_warpgroup)
+        named_barrier(cg, "sync", NB_WARPGROUP, warpgroup_of(cg), 128);
+    else
+        cg_barrier(cg);
 }
 
 void tma_store(Cg *cg, const Op *op) {
@@ -410,16 +433,22 @@ void tma_store(Cg *cg, const Op *op) {
     Dist *d = m ? as_dist(cg, op, op->operands[1]) : NULL;
     if (!d)
         return;
-    int64_t rows = d->rows, cols = d->cols;
+    int64_t rows = d->rows, cols = d->cols, slab = tma_store_rows(cg, rows);
+    bool per_warpgroup = store_per_warpgroup(cg, rows);
     int row_dim = (int)op_attr(op, "dims")->elems[0]->i, rank = m->rank;
-    int map = tmap_of(cg, op, op->operands[0], row_dim, rows);
+    int map = tmap_of(cg, op, op->operands[0], row_dim, slab);
     if (map < 0)
         return;
+    bool tile_smem = cg->tile_smem;   /* (the slabs are this thread's warpgroup's alone) */
     LLVMValueRef base = smem_alloc_aligned(cg, rows * cols * esize(m->elem), 1024);
-    if (cg->persistent) {   /* the last tile's store (this op's) may still be reading the buffer */
+    cg->tile_smem = tile_smem || !per_warpgroup;
+    /* this thread's slab: rows [first, first + slab) */
+    LLVMValueRef first = per_warpgroup ? zext64(cg, LLVMBuildMul(cg->b, warpgroup_of(cg), ci32(cg, slab), "")) : ci64(cg, 0);
+    LLVMValueRef own_base = gep(cg, m->elem, base, mul(cg, first, ci64(cg, cols)));
+    if (cg->persistent) {   /* the last tile's store (this op's) may still be reading the slab */
         cg->tma_stores = true;   /* (issued at run time, though not yet emitted) */
         tma_store_wait(cg);
-        cg_barrier(cg);
+        slab_barrier(cg, per_warpgroup);
     }
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
@@ -428,7 +457,8 @@ void tma_store(Cg *cg, const Op *op) {
     for (int k = 0; k < n; k++) {
         LLVMValueRef row, col;
         coords(cg, ps[k], rows, cols, &row, &col);
-        LLVMValueRef at = gep(cg, m->elem, base, smem_offset(cg, row, col, cols, rows, 128));
+        LLVMValueRef in_slab = per_warpgroup ? LLVMBuildAnd(cg->b, row, ci64(cg, slab - 1), "") : row;
+        LLVMValueRef at = gep(cg, m->elem, own_base, smem_offset(cg, in_slab, col, cols, slab, 128));
         LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
         if (esize(m->elem) == 2 && pos_pair(ps, k, n)) {   /* (in one 16-byte chunk of the swizzle) */
             LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, m->elem);
@@ -440,10 +470,13 @@ void tma_store(Cg *cg, const Op *op) {
     }
     if_end(cg, join);
     proxy_fence(cg);
-    cg_barrier(cg);
+    slab_barrier(cg, per_warpgroup);
     LLVMValueRef co[8];
-    mem_coords(cg, op, m, 2, ci64(cg, 0), ci64(cg, 0), co);
-    join = if_begin(cg, thread0(cg));
+    mem_coords(cg, op, m, 2, first, ci64(cg, 0), co);
+    LLVMValueRef issuer = per_warpgroup ? LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, cg->tid, ci32(cg, 127), ""),
+                                                        ci32(cg, 0), "")
+                                        : thread0(cg);
+    join = if_begin(cg, issuer);
     LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->tmap_param[map], cg->i64, "");
     StrBuf text;
     strbuf_open(&text);
@@ -459,7 +492,7 @@ void tma_store(Cg *cg, const Op *op) {
     for (int64_t c0 = 0; c0 < cols; c0 += TMA_PANEL) {
         LLVMValueRef args[7];
         args[0] = tmap;
-        args[1] = ptr_i32(cg, gep(cg, m->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
+        args[1] = ptr_i32(cg, gep(cg, m->elem, own_base, ci64(cg, c0 * slab)));   /* panel c0/64 */
         box_coords(cg, co, rank, c0, args + 2);
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 2 + rank);
     }

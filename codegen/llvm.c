@@ -86,6 +86,22 @@ void cg_barrier(Cg *cg) {
     cg_call(cg, "llvm.nvvm.barrier0", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
 }
 
+void named_barrier(Cg *cg, const char *how, NamedBarrier which, LLVMValueRef wg, int threads) {
+    int groups = cg->nwarps / 4;
+    int base = which == NB_TURN ? 2 : which == NB_SCHED_EMPTY ? 2 + groups : which == NB_SCHED_FULL ? 3 + groups
+                                                                                                    : 3 + 2 * groups;
+    LLVMValueRef id = which == NB_SCHED_EMPTY ? ci32(cg, base) : LLVMBuildAdd(cg->b, wg, ci32(cg, base), "");
+    if (LLVMIsAConstantInt(id)) {   /* (an immediate id, as ptxas likes best) */
+        cg_asm(cg, arena_printf(cg->a, "bar.%s %lld, %d;", how, LLVMConstIntGetSExtValue(id), threads), "~{memory}",
+               LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+        return;
+    }
+    cg_asm(cg, arena_printf(cg->a, "bar.%s $0, %d;", how, threads), "r,~{memory}", LLVMVoidTypeInContext(cg->ctx),
+           &id, 1);
+}
+
+LLVMValueRef warpgroup_of(Cg *cg) { return LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), ""); }
+
 
 /* Shuffle within the warp: the value of lane ^ mask. */
 LLVMValueRef shfl_xor(Cg *cg, LLVMValueRef v, int mask) {

@@ -129,7 +129,9 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
  * in a key loop of a softmax-overlap launch: when no row of the warp moved its
  * max (every α is 1: in almost every key tile, as online-softmax moves the
  * max lazily), the product is O itself, so a warp-uniform branch skips the
- * multiplies (64 FMUL a key tile at head dim 128). Same values either way. */
+ * multiplies (64 FMUL a key tile at head dim 128). Same values either way.
+ * (On sm_80, without the overlap, the branch cost more than it saved:
+ * doc/codegen.md.) */
 static bool skips_unit_scale(Cg *cg, const Op *op) {
     if (!cg->lazy_dots || op->kind != OP_MUL)
         return false;
@@ -1021,12 +1023,16 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef s, LLVMValueRef pid[
  * producer's copier warp works out each tile's pid (tile_order's
  * divisions, off the consumers' path) and hands it to the consumers
  * through one i64 slot in shared memory (x in the low half, y in the
- * high; all ones past the last tile) and two named barriers of the
- * consumers and that warp (FlashAttention-3's): the producer writes the
- * slot and arrives at FULL, the consumers sync there, read it and arrive
- * at EMPTY, where the producer syncs before writing the next. The end
- * marker ends both roles (the consumers then arrive no more). FULL also
- * stands for a barrier of all the consumers between two tiles. The
+ * high; all ones past the last tile) and named barriers of the consumers
+ * and that warp (FlashAttention-3's): the producer writes the slot and
+ * arrives at each consumer warpgroup's FULL, a warpgroup syncs at its own,
+ * reads the slot and arrives at EMPTY, where the producer syncs (every
+ * consumer read it) before writing the next. The end marker ends both
+ * roles (the consumers then arrive no more). A FULL of its own lets each
+ * warpgroup start its next tile as soon as it is done with this one: the
+ * first warpgroup's first Q·Kᵀ of tile t + 1 runs on the tensor cores
+ * while the last one still does tile t's last P·V and its epilogue (the
+ * cross-tile overlap; each stores its own rows of O, copy.c). The
  * barriers order the slot's accesses; they are relaxed atomics (an
  * atom.shared.exch, a volatile ld.shared) because compute-sanitizer's
  * racecheck does not see bar.arrive's ordering and reported the plain
@@ -1034,15 +1040,7 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef s, LLVMValueRef pid[
  * a plain ld.shared of one address, which ptxas keeps in uniform
  * registers: an atomic read shared by shfl took the tile's index
  * arithmetic out of them and cost the key loops 22–43 instructions. */
-enum { SCHED_FULL, SCHED_EMPTY };
 #define SCHED_END (~0ULL)
-
-/* Named barriers after the consumers' (1) and ping-pong's (2 + w). */
-static void sched_bar(Cg *cg, const char *how, int which) {
-    int id = 2 + cg->nwarps / 4 + which;
-    cg_asm(cg, arena_printf(cg->a, "bar.%s %d, %d;", how, id, cg->threads + 32), "~{memory}",
-           LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-}
 
 /* Made by every thread before the roles part. */
 static void sched_init(Cg *cg) { cg->sched = smem_alloc_aligned(cg, 8, 8); }
@@ -1051,12 +1049,13 @@ static void sched_init(Cg *cg) { cg->sched = smem_alloc_aligned(cg, 8, 8); }
  * arrives). */
 static void sched_publish(Cg *cg, LLVMValueRef i, LLVMValueRef word) {
     LLVMBasicBlockRef after_first = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntNE, i, ci32(cg, 0), ""));
-    sched_bar(cg, "sync", SCHED_EMPTY);
+    named_barrier(cg, "sync", NB_SCHED_EMPTY, NULL, cg->threads + 32);
     if_end(cg, after_first);
     LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
     LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpXchg, cg->sched, word, LLVMAtomicOrderingMonotonic, false);
     if_end(cg, join);
-    sched_bar(cg, "arrive", SCHED_FULL);
+    for (int w = 0; w < cg->nwarps / 4; w++)
+        named_barrier(cg, "arrive", NB_SCHED_FULL, ci32(cg, w), 128 + 32);
 }
 
 /* Whether a slot's word names a tile (is not the end marker). */
@@ -1067,12 +1066,12 @@ static LLVMValueRef sched_more(Cg *cg, LLVMValueRef word) {
 /* The consumers take the next tile's word; they free the slot unless it
  * ends the loop (the producer has returned). */
 static LLVMValueRef sched_take(Cg *cg) {
-    sched_bar(cg, "sync", SCHED_FULL);
+    named_barrier(cg, "sync", NB_SCHED_FULL, warpgroup_of(cg), 128 + 32);
     LLVMValueRef word = LLVMBuildLoad2(cg->b, cg->i64, cg->sched, "tile");
     LLVMSetOrdering(word, LLVMAtomicOrderingMonotonic);
     LLVMSetAlignment(word, 8);
     LLVMBasicBlockRef join = if_begin(cg, sched_more(cg, word));
-    sched_bar(cg, "arrive", SCHED_EMPTY);
+    named_barrier(cg, "arrive", NB_SCHED_EMPTY, NULL, cg->threads + 32);
     if_end(cg, join);
     return word;
 }
@@ -1095,11 +1094,12 @@ static LLVMValueRef sched_ask(Cg *cg) {
 
 /* The launch body for this block's tiles: once (pid = ctaid), or, for a
  * persistent kernel, for each tile the scheduler gives it, with pid =
- * tile_order(t) and z = 0. Consumers start each tile past the scheduler's
- * FULL barrier, which every consumer thread reaches first (what they write
- * to shared memory is rewritten only when every warp is done with the last
- * tile's; O's TMA store waits for its own buffer, copy.c), and end it with
- * no dot in flight and every stage released. */
+ * tile_order(t) and z = 0. A consumer warpgroup starts each tile past its
+ * scheduler FULL barrier, not waiting for the others, and ends it with no
+ * dot in flight and every stage released. That is right only while no
+ * consumer writes shared memory another warpgroup reads (O's store writes
+ * the warpgroup's own slab and waits for its last one itself, copy.c): a
+ * kernel where one does is refused. */
 static void emit_tiles(Cg *cg, const Block *body) {
     if (!cg->persistent) {
         emit_block(cg, body, NULL, NULL);
@@ -1138,6 +1138,7 @@ static void emit_tiles(Cg *cg, const Block *body) {
     LLVMBuildCondBr(cg->b, sched_more(cg, word), bodybb, exit);
     LLVMPositionBuilderAtEnd(cg->b, bodybb);
     LLVMValueRef asked = producer ? sched_ask(cg) : NULL;
+    cg->tile_smem = false;
     cv_put(cg, body->args[0], cv_scalar(cg, LLVMBuildAnd(cg->b, word, ci64(cg, 0xffffffff), "")));
     cv_put(cg, body->args[1], cv_scalar(cg, LLVMBuildLShr(cg->b, word, ci64(cg, 32), "")));
     cv_put(cg, body->args[2], cv_scalar(cg, ci64(cg, 0)));
@@ -1147,6 +1148,13 @@ static void emit_tiles(Cg *cg, const Block *body) {
     if (!producer) {
         cg->target->complete(cg, NULL);
         tma_drain_release(cg);
+        if (cg->tile_smem) {   /* (no kernel attnc makes has any: each warpgroup's O goes out by its own slab) */
+            cg_err(cg, cg->spec->launch,
+                   "internal error: the consumers of a persistent kernel write shared memory other warpgroups "
+                   "read; its tiles would need a barrier of every consumer at the start",
+                   NULL);
+            return;
+        }
     } else {
         LLVMValueRef args[4] = {ci32(cg, -1), asked, ci32(cg, 0), ci32(cg, 31)};
         LLVMValueRef n = cg_call(cg, "llvm.nvvm.shfl.sync.idx.i32", cg->i32, args, 4);
@@ -1189,7 +1197,7 @@ static void emit_specialised(Cg *cg, const Block *body) {
     LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
     if (cg->pingpong) {
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, cg->nwarps / 4 - 1), ""));
-        pingpong_barrier(cg, "arrive", ci32(cg, 0));
+        named_barrier(cg, "arrive", NB_TURN, ci32(cg, 0), 256);
         if_end(cg, join);
     }
     emit_tiles(cg, body);
@@ -1199,7 +1207,7 @@ static void emit_specialised(Cg *cg, const Block *body) {
         cg->target->complete(cg, NULL);
     if (cg->pingpong) {
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, 0), ""));
-        pingpong_barrier(cg, "sync", ci32(cg, 0));
+        named_barrier(cg, "sync", NB_TURN, ci32(cg, 0), 256);
         if_end(cg, join);
     }
     cg->target->drain(cg);

@@ -245,6 +245,7 @@ struct Cg {
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
     LLVMValueRef sched;          /* shared: the tile scheduler's slot (lower.c, emit_tiles) */
     bool tma_stores;             /* a TMA store was issued: drain waits for it (copy.c) */
+    bool tile_smem;              /* consumers allocated shared memory in this tile (smem.c): emit_tiles refuses it */
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
     Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */
     /* sm_90a: dots issued (committed wgmma groups) and not yet waited for,
@@ -275,6 +276,18 @@ LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeR
 LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p);
 LLVMValueRef sreg(Cg *cg, const char *name);
 void cg_barrier(Cg *cg);
+/* Named barriers (16 a block; 0 is the block's bar.sync 0). G is the
+ * consumer warpgroups (at most 4, so ids stay under 15):
+ *   1            the consumer warps (cg_barrier under warp specialisation)
+ *   2 + w        warpgroup w's ping-pong turn (sm90a.c)
+ *   2 + G        the tile scheduler's EMPTY: consumers arrive, the copier syncs
+ *   3 + G + w    the scheduler's FULL for warpgroup w: the copier arrives, w syncs
+ *   3 + 2G + w   warpgroup w alone (its slab of a TMA store, copy.c) */
+typedef enum { NB_TURN, NB_SCHED_EMPTY, NB_SCHED_FULL, NB_WARPGROUP } NamedBarrier;
+/* bar.sync or bar.arrive ("sync", "arrive") on barrier `which` of warpgroup
+ * wg (i32; ignored for NB_SCHED_EMPTY) among `threads` threads */
+void named_barrier(Cg *cg, const char *how, NamedBarrier which, LLVMValueRef wg, int threads);
+LLVMValueRef warpgroup_of(Cg *cg);   /* this thread's warpgroup (i32) */
 static inline LLVMValueRef ci64(Cg *cg, int64_t v) { return LLVMConstInt(cg->i64, (unsigned long long)v, true); }
 static inline LLVMValueRef ci32(Cg *cg, int64_t v) { return LLVMConstInt(cg->i32, (unsigned long long)v, true); }
 static inline LLVMValueRef zext64(Cg *cg, LLVMValueRef v) { return LLVMBuildZExt(cg->b, v, cg->i64, ""); }
@@ -366,8 +379,6 @@ void tma_drain_release(Cg *cg);
 /* warp specialisation: the stage a tile.wait waited for is free (consumer) */
 void tma_release(Cg *cg, const Token *t);
 void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity);
-/* ping-pong: bar.sync / bar.arrive on warpgroup wg's turn (sm90a.c) */
-void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg);
 
 /* ---- lower.c ------------------------------------------------------------------- */
 

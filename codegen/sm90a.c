@@ -129,13 +129,10 @@ static LLVMValueRef add32(Cg *cg, LLVMValueRef x, int64_t y) { return LLVMBuildA
 
 /* Ping-pong (FlashAttention-3): the consumer warpgroups issue their dots in
  * turn, so one's softmax runs while another's dots keep the tensor cores
- * busy. Named barrier 2 + w is warpgroup w's turn: it syncs there (128
+ * busy. Warpgroup w's turn is a named barrier (NB_TURN): it syncs there (128
  * threads) before its dots, and once they are issued arrives at the next
  * warpgroup's (128 more: 256 in all). */
-void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg) {
-    LLVMValueRef id = add32(cg, wg, 2);
-    cg_asm(cg, arena_printf(cg->a, "bar.%s $0, 256;", how), "r,~{memory}", LLVMVoidTypeInContext(cg->ctx), &id, 1);
-}
+static void pingpong_barrier(Cg *cg, const char *how, LLVMValueRef wg) { named_barrier(cg, how, NB_TURN, wg, 256); }
 
 /* wgmma.wait_group n: every group but the n committed last is complete.
  * The registers of the completed dots pass through the wait's inline asm,

@@ -10,6 +10,7 @@
  * is reused only after a barrier: other warps may still read it (and,
  * with asynchronous copies, after those in flight have landed). */
 LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
+    cg->tile_smem |= cg->role == ROLE_CONSUMER;
     bytes = (bytes + 15) & ~(int64_t)15;
     int64_t off = 0;
     for (bool moved = true; moved;) {
