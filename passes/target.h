@@ -40,6 +40,9 @@ typedef struct Target {
      * without hooks that read a tensor per key, and with them (a document
      * mask's doc[b, j], a bias[h, i, j]: more registers per score) */
     int64_t attn_tile_d64[2], attn_tile_d64_gathers[2];
+    /* attention tiles at head dims over 64 up to 128 ({0, 0}: attn_tile),
+     * where no hook reads a tensor per key */
+    int64_t attn_tile_d128[2];
     AttnShortTile attn_short[2];   /* the first whose max_d the head dim does not pass */
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */

@@ -258,6 +258,8 @@ static int64_t default_tile(const char *arch, bool attention, int axis, int64_t 
     const int64_t *d64 = keys == KEYS_ALL ? t->attn_tile_d64 : keys == KEYS_GATHERED ? t->attn_tile_d64_gathers : NULL;
     if (attention && axis < 2 && D <= 64 && d64 && d64[axis])
         return d64[axis];
+    if (attention && axis < 2 && D > 64 && D <= 128 && keys != KEYS_GATHERED && t->attn_tile_d128[axis])
+        return t->attn_tile_d128[axis];
     return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
 }
 
