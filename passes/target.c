@@ -57,8 +57,9 @@ const Target targets[] = {
         .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2,
         /* head dim 128: 32 key rows, so that 4 warps of 32 rows
          * (FlashAttention-2's) hold O and the scores without spilling in
-         * the key loop (sm80-layout); 0.82 -> 0.97x FlashAttention-2 on the
-         * H200 against 128 x 64 with 8 warps (bench/RESULTS.md, session 15) */
+         * the key loop (sm80-layout); at head dim 128 0.85 -> 0.92x
+         * FlashAttention-2 on the H200 against 128 x 64 with 8 warps
+         * (bench/RESULTS.md, session 15) */
         .attn_tile_d128 = {128, 32},
         .row_block = 2,
         .pipeline = sm80_pipeline, .lowering = "sm80-layout",
