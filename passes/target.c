@@ -80,8 +80,11 @@ const Target targets[] = {
          * head dim 64 causal N 512 / 1k 201 / 281 -> 235 / 293 TFLOP/s;
          * head dim 128 causal N 512 296 -> 315, but 1k 408 -> 378). Over
          * every key head dim 64 ran faster in 192 x 128 with ping-pong
-         * (session 13: N 1k 389 in 64 x 64, 415 so) */
-        .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 1024, .band_only = true},
+         * (session 13: N 1k 389 in 64 x 64, 415 so). Since the persistent
+         * consumers no longer wait for each other between tiles, 128 x 128
+         * is ahead at head dim 64 causal N 1k too (session 15, two calls:
+         * +0.3 to +4.8 %, f16 and bf16) and 64 x 64 only at N 512 (+9 %) */
+        .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 512, .band_only = true},
                        {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
         .gemm_tile = {128, 128, 64}, .stages = 2,
         .row_block = 2,
