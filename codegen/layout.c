@@ -6,7 +6,7 @@
 
 /* ---- layouts ------------------------------------------------------------------ */
 
-int nrep_of(Cg *cg, int64_t cols) { return (int)(cols / 16); }
+int nrep_of(Cg *cg, int64_t cols) { return (int)(cols / 16 / cg->wcols); }
 /* BLOCKED: column slots per thread; the last may run past the row (col >=
  * cols), where loads read the pad, stores fall outside the memref, and
  * reductions take their identity. */
@@ -22,8 +22,9 @@ bool shape_ok(Cg *cg, const Op *op, int64_t rows, int64_t cols) {
                                                (long long)rows, (long long)cg->R));
     if (cols == 1)
         return true;
-    if (cg->lay == LAY_ACC && cols % 16)
-        return cg_err(cg, op, "%s", arena_printf(cg->a, "tile width %lld is not a multiple of 16", (long long)cols));
+    if (cg->lay == LAY_ACC && cols % (16 * cg->wcols))
+        return cg_err(cg, op, "%s", arena_printf(cg->a, "tile width %lld is not a multiple of %d (16 columns a warp)",
+                                               (long long)cols, 16 * cg->wcols));
     return true;
 }
 
@@ -94,7 +95,13 @@ void coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMVa
 }
 
 LLVMValueRef warp_row_base(Cg *cg, int a) {
-    return mul(cg, add(cg, mul(cg, zext64(cg, cg->warp), ci64(cg, cg->mrep)), ci64(cg, a)), ci64(cg, 16));
+    return mul(cg, add(cg, mul(cg, zext64(cg, cg->warp_row), ci64(cg, cg->mrep)), ci64(cg, a)), ci64(cg, 16));
+}
+
+LLVMValueRef warp_col_base(Cg *cg, int64_t cols) {
+    if (cg->wcols == 1)
+        return ci64(cg, 0);
+    return mul(cg, zext64(cg, cg->warp_col), ci64(cg, cols / cg->wcols));
 }
 
 /* Whether this thread is the one that writes position p of a broadcast tile
@@ -112,13 +119,15 @@ LLVMValueRef tile_owner(Cg *cg, int64_t rows, int64_t cols) {
         return c;
     }
     int mask = 0;
-    if (perrow)   /* lane bits that move along a row */
+    if (perrow)   /* lane bits that move along a row, and the warp's column in the grid */
         mask |= cg->acc.row_lanes;
-    if (percol)   /* lane bits that move along a column, and the warp */
+    if (percol)   /* lane bits that move along a column, and the warp's row */
         mask |= cg->acc.col_lanes;
     c = LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, cg->lane, ci32(cg, mask), ""), zero32, "");
     if (percol)
-        c = LLVMBuildAnd(cg->b, c, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->warp, zero32, ""), "");
+        c = LLVMBuildAnd(cg->b, c, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->warp_row, zero32, ""), "");
+    if (perrow && cg->wcols > 1)
+        c = LLVMBuildAnd(cg->b, c, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->warp_col, zero32, ""), "");
     return c;
 }
 

@@ -522,6 +522,10 @@ static void emit_reduce(Cg *cg, const Op *op) {
         return;
     }
     if (cg->lay == LAY_ACC) {
+        if (cg->wcols > 1) {
+            cg_err(cg, op, "internal error: a row reduction in a grid of warps (nv.warp_cols): a row spans warps", NULL);
+            return;
+        }
         /* in-thread over the row's elements, then across the lanes sharing
          * the row (nv.partial: later, at an nv.lane_sum) */
         LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, cg->mrep * 8);
@@ -578,7 +582,7 @@ bool dot_fits(Cg *cg, const Op *op) {
     int64_t M = at->dims[0].size, K = at->dims[1].size, N = bt->dims[1].size;
     if ((rt->elem == SK_F16) != cg->acc16)
         return cg_err(cg, op, "all tile.dot ops of a kernel must accumulate in one type", NULL);
-    if (M != cg->R || K % 16 || N % 16)
+    if (M != cg->R || K % 16 || N % (16 * cg->wcols))
         return cg_err(cg, op, "%s", arena_printf(cg->a, "a %lldx%lldx%lld dot does not fit the kernel's warp tiling",
                                                   (long long)M, (long long)K, (long long)N));
     return true;
@@ -1272,6 +1276,12 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->R = rows->i;
     cg->nwarps = (int)warps->i;
     cg->mrep = (int)blocks->i;
+    Attr *wcols = op_attr(launch, "nv.warp_cols");
+    cg->wcols = wcols ? (int)wcols->i : 1;
+    if (cg->wcols < 1 || (cg->wcols > 1 && (!target->warp_grid || cg->lay != LAY_ACC || cg->nwarps % cg->wcols ||
+                                            cg->R != 16 * cg->mrep * (cg->nwarps / cg->wcols))))
+        return cg_err(cg, launch, "internal error: nv.warps, nv.warp_cols and nv.row_blocks do not tile the rows "
+                                  "(a grid of warps needs the accumulator layout, on sm_80)", NULL);
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
     Attr *producer = op_attr(launch, "nv.producer_warps"), *pingpong = op_attr(launch, "nv.pingpong");
     cg->producer_warps = producer ? (int)producer->i : 0;
@@ -1359,6 +1369,12 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->tid = sreg(cg, "tid.x");
     cg->lane = LLVMBuildAnd(cg->b, cg->tid, ci32(cg, 31), "lane");
     cg->warp = LLVMBuildLShr(cg->b, cg->tid, ci32(cg, 5), "warp");
+    cg->warp_row = cg->warp;
+    cg->warp_col = ci32(cg, 0);
+    if (cg->wcols > 1) {
+        cg->warp_row = LLVMBuildUDiv(cg->b, cg->warp, ci32(cg, cg->wcols), "warp_row");
+        cg->warp_col = LLVMBuildURem(cg->b, cg->warp, ci32(cg, cg->wcols), "warp_col");
+    }
     static const char *pids[3] = {"ctaid.x", "ctaid.y", "ctaid.z"};
     for (int i = 0; i < 3; i++)
         cv_put(cg, body->args[i], cv_scalar(cg, zext64(cg, sreg(cg, pids[i]))));

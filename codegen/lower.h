@@ -8,7 +8,11 @@
  *   ACC      kernels with a tile.dot: the layout of the target's MMA
  *            accumulator. Warp w owns rows [16·w·mrep, 16·(w+1)·mrep); each
  *            thread holds 8 elements of every 16×16 block of its rows; where
- *            element i of a block lies is the target's AccLayout.
+ *            element i of a block lies is the target's AccLayout. With
+ *            wcols > 1 (sm_80 GEMMs, nv.warp_cols) the warps form a grid:
+ *            warp w is row w / wcols and column w % wcols of it, and owns
+ *            the rows of warp row w / wcols and a 1/wcols share of the
+ *            columns; a row then spans warps, so nothing reduces along it.
  *   BLOCKED  the others (row kernels): thread t holds columns t, t+T, ... of
  *            every row, so a row's reduction is per thread, then per warp
  *            (shuffles), then across warps (shared memory).
@@ -177,6 +181,8 @@ typedef struct CgTarget {
      * 16-bit outputs are stored two at a time (sm_80; on sm_70 the checks
      * cost registers and the pairs are not adjacent) */
     bool pair_stores;
+    /* a GEMM's warps may form a grid over rows and columns (nv.warp_cols) */
+    bool warp_grid;
 } CgTarget;
 
 extern const CgTarget sm70_target, sm80_target, sm90a_target;
@@ -210,8 +216,10 @@ struct Cg {
     bool acc16;
     AccLayout acc;
     int nwarps, threads, mrep;
+    int wcols;           /* warps across the columns (the grid above) */
     int64_t R;
     LLVMValueRef tid, lane, warp;
+    LLVMValueRef warp_row, warp_col;   /* warp / wcols, warp % wcols */
     bool async;          /* async copies were issued (drain them) */
     bool short_shared;   /* shared pointers are 32-bit (target.h short_shared) */
     /* dynamic shared memory: live ranges, reused once their owner is dead */
@@ -320,7 +328,7 @@ int cmp_pred(const Op *op);
 
 /* ---- layout.c ------------------------------------------------------------------ */
 
-int nrep_of(Cg *cg, int64_t cols);
+int nrep_of(Cg *cg, int64_t cols);   /* ACC: 16-column blocks a warp owns of a tile this wide */
 int64_t cslots(Cg *cg, int64_t cols);
 bool shape_ok(Cg *cg, const Op *op, int64_t rows, int64_t cols);
 Dist *dist_new(Cg *cg, ScalarKind elem, int64_t rows, int64_t cols);
@@ -329,6 +337,8 @@ LLVMValueRef dist_get(Cg *cg, const Dist *d, Pos p);
 void dist_set(Cg *cg, Dist *d, Pos p, LLVMValueRef v);
 void coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
 LLVMValueRef warp_row_base(Cg *cg, int a);   /* i64: the first row of row block a of this warp */
+/* i64: the first column this warp owns of a tile `cols` wide (0 unless wcols > 1) */
+LLVMValueRef warp_col_base(Cg *cg, int64_t cols);
 LLVMValueRef tile_owner(Cg *cg, int64_t rows, int64_t cols);
 Cv *cv_get(Cg *cg, const Value *v);
 void cv_put(Cg *cg, const Value *v, Cv *c);

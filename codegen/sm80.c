@@ -5,7 +5,9 @@
  *   accumulator  m16n8k16's: with g = lane / 4 and t = lane % 4, element i
  *                of a warp's 16×16 block (two n8 tiles) is at row
  *                g + 8·((i >> 1) & 1), column 8·(i >> 2) + 2t + (i & 1);
- *                the four lanes of a quad share a row
+ *                the four lanes of a quad share a row. GEMMs may put the
+ *                warps in a grid (nv.warp_cols): a warp's blocks then start
+ *                at its first column
  *   tile.dot     A and B fragments by ldmatrix.x4 (.trans where the memory
  *                holds the other order, nv.a / nv.b); P, an accumulator tile,
  *                is already the A fragment of the next MMA: k-step s of P·V
@@ -39,6 +41,8 @@ void mma16_acc_coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *r
     if (cols != 1) {   /* 8·(i >> 2) + 2t + (i & 1) */
         LLVMValueRef t2 = LLVMBuildShl(cg->b, lane_bit(cg, 3), ci64(cg, 1), "");
         *col = add(cg, t2, ci64(cg, 16 * p.b + 8 * (i >> 2) + (i & 1)));
+        if (cg->wcols > 1)
+            *col = add(cg, *col, warp_col_base(cg, cols));
     }
 }
 
@@ -114,9 +118,16 @@ static void frag_a(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int a
 
 /* B operand: memory [K][N] (V), transposed: row (l & 15), column 8·((l >> 4)
  * & 1); memory [N][K] (K of Q·Kᵀ): row (l & 7) + 8·((l >> 4) & 1), column
- * (l & 8). */
-static LLVMValueRef b_lane(Cg *cg, const View *w, ScalarKind k) {
+ * (l & 8). In a grid of warps, n counts from the warp's first column of the
+ * N columns. */
+static LLVMValueRef b_lane(Cg *cg, const View *w, ScalarKind k, int64_t N) {
     LLVMValueRef hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
+    if (cg->wcols > 1) {
+        LLVMValueRef n0 = warp_col_base(cg, N);
+        if (!w->trans)
+            return lane_addr(cg, w, k, lane_bit(cg, 15), add(cg, n0, hi8));
+        return lane_addr(cg, w, k, add(cg, n0, add(cg, lane_bit(cg, 7), hi8)), lane_bit(cg, 8));
+    }
     if (!w->trans)
         return lane_addr(cg, w, k, lane_bit(cg, 15), hi8);
     return lane_addr(cg, w, k, add(cg, lane_bit(cg, 7), hi8), lane_bit(cg, 8));
@@ -200,11 +211,15 @@ static void emit_dot(Cg *cg, const Op *op) {
         cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b", NULL);
         return;
     }
+    if (a_regs && cg->wcols > 1) {   /* P's columns are the dot's K: they would span warps */
+        cg_err(cg, op, "internal error: a dot whose A is in registers, in a grid of warps (nv.warp_cols)", NULL);
+        return;
+    }
     Dist *p = NULL;
     if (a_regs && !(p = dot_a_in_registers(cg, op)))
         return;
     Dist *c = as_dist(cg, op, op->operands[2]);
-    int nb = (int)(N / 16);
+    int nb = nrep_of(cg, N);   /* the 16-column blocks of this warp */
     /* accumulators per (row block, n8 tile), in mma argument order */
     int nacc = f16acc ? 2 : 4;
     LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nb * 2 * nacc));
@@ -212,7 +227,7 @@ static void emit_dot(Cg *cg, const Op *op) {
         for (int n8 = 0; n8 < 2 * nb; n8++)
             for (int j = 0; j < nacc; j++)
                 acc[(a * 2 * nb + n8) * nacc + j] = mma16_acc_get(cg, c, a, n8, j, f16acc);
-    LLVMValueRef alane = !a_regs && !a_pre ? a_lane(cg, ca->view, ek) : NULL, blane = b_lane(cg, cb->view, ek);
+    LLVMValueRef alane = !a_regs && !a_pre ? a_lane(cg, ca->view, ek) : NULL, blane = b_lane(cg, cb->view, ek, N);
     LLVMTypeRef et = f16acc ? cg->v2f16 : cg->f32;
     LLVMTypeRef fields[4] = {et, et, et, et};
     LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false);
@@ -269,4 +284,5 @@ const CgTarget sm80_target = {
     .wait = cp_async_wait,
     .drain = cp_async_drain,
     .pair_stores = true,
+    .warp_grid = true,
 };

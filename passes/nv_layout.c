@@ -10,6 +10,10 @@
  *                              layout; "blocked": row kernels
  *                  nv.rows, nv.warps, nv.row_blocks: the row tile, warps per
  *                              block (each owns 16·row_blocks rows)
+ *                  nv.warp_cols  sm_80 GEMMs: the warps form a grid,
+ *                              warps / warp_cols down the rows by warp_cols
+ *                              across the columns (absent: 1, each warp
+ *                              owns whole rows)
  *   tile.load      nv.operand  "smem" (a shared stage read by the dots in
  *                              place) | "scratch" (a global tile copied once
  *                              into shared memory for the dots) |
@@ -166,9 +170,15 @@ typedef struct Scan {
     int64_t dot_cols;         /* the widest dot that starts from zero (scores) */
     const Op *bad_dot;        /* a dot whose K or N is not a multiple of 16 */
     bool gathers_per_score;   /* a tile.gather of a whole score tile (a bias tensor) */
+    /* what keeps a row of every tile inside one warp: a reduction along a
+     * row, a dot whose A is a computed tile (P), a transpose */
+    bool row_bound;
+    int64_t col_gcd;          /* of the widths of the 2-D tiles in registers */
 } Scan;
 
-static void scan(const Block *blk, Scan *s) {
+static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+
+static void scan(const Block *top, const Block *blk, Scan *s) {
     for (const Op *o = blk->first; o; o = o->next) {
         for (int i = 0; i < o->nresults; i++) {
             const Type *t = o->results[i]->type;
@@ -176,7 +186,14 @@ static void scan(const Block *blk, Scan *s) {
                 s->rows = t->dims[0].size;
             if ((t->kind == TY_TILE || t->kind == TY_MEMREF) && t->elem == SK_BF16 && !s->bf16)
                 s->bf16 = o;
+            /* (a dot operand's load stays in shared memory: not a tile of the layout) */
+            if (t->kind == TY_TILE && t->rank == 2 && t->dims[1].size > 1 &&
+                !(o->kind == OP_LOAD && only_dot_uses(top, o->results[i], false)))
+                s->col_gcd = gcd64(s->col_gcd, t->dims[1].size);
         }
+        if (o->kind == OP_TILE_REDUCE || o->kind == OP_TRANS ||
+            (o->kind == OP_DOT && (!o->operands[0]->def || o->operands[0]->def->kind != OP_LOAD)))
+            s->row_bound = true;
         if (o->kind == OP_GATHER && o->results[0]->type->kind == TY_TILE && o->results[0]->type->rank == 2 &&
             o->results[0]->type->dims[0].size > 1 && o->results[0]->type->dims[1].size > 1)
             s->gathers_per_score = true;
@@ -202,7 +219,7 @@ static void scan(const Block *blk, Scan *s) {
         }
         for (int r = 0; r < o->nregions; r++)
             for (int k = 0; k < o->regions[r].nblocks; k++)
-                scan(o->regions[r].blocks[k], s);
+                scan(top, o->regions[r].blocks[k], s);
     }
 }
 
@@ -722,7 +739,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;
     const Block *body = launch->regions[0].blocks[0];
     Scan s = {.acc = SK_F32};
-    scan(body, &s);
+    scan(body, body, &s);
     if (s.bf16 && !l->t->bf16) {
         op_diag(ctx->diag, NULL, launch,
                 arena_printf(ctx->arena, "%s codegen: bf16 tensors are not supported on %s (%s has no bf16 MMA); use f16",
@@ -745,7 +762,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
         return false;
     }
     int64_t rows = s.dots ? s.dot_rows : s.rows > 0 ? s.rows : 1;
-    int warps = 4, row_blocks = 1;
+    int warps = 4, row_blocks = 1, warp_cols = 1;
     if (s.dots) {
         if (rows % 16) {
             op_diag(ctx->diag, NULL, launch,
@@ -801,12 +818,36 @@ static bool layout_launch(const Lower *l, Op *launch) {
             warps = (int)hint->i;
         }
         row_blocks = (int)(rows / 16 / warps);
+        /* sm_80 GEMMs (no row bound to a warp: nothing reduces along a row,
+         * every dot reads A from memory): a grid of warps, 64 rows by
+         * cols / warp_cols columns each, CUTLASS's and Triton's warp tile.
+         * A warp owning whole 128-column rows reads every B fragment of the
+         * tile from shared memory per 16 rows, and shared memory's 128
+         * bytes a cycle then cap the MMA rate near half of what mma.sync
+         * issues on an H200; a 64 × 32 or 64 × 64 warp tile reads half as
+         * many bytes per FLOP (bench/RESULTS.md, session 16). Columns per
+         * warp: accumulators of at most 128 f32 a thread (carried_cols · 2
+         * / warp_cols), in at most 8 warps; warps(N) sets the grid's size. */
+        if (l->gen == SM80 && !s.row_bound && rows % 64 == 0 && s.carried_cols >= 64) {
+            int wrows = (int)(rows / 64);
+            int64_t per_row = s.carried_cols / 64;   /* at most 8 warps: 255 registers a thread */
+            per_row = per_row < 1 ? 1 : per_row > 8 / wrows ? 8 / wrows : per_row;
+            int64_t want = hint ? hint->i : wrows * per_row;
+            int64_t wc = want % wrows ? 0 : want / wrows;
+            if (wc > 1 && s.col_gcd % (16 * wc) == 0) {
+                warps = (int)want;
+                warp_cols = (int)wc;
+                row_blocks = 4;
+            }
+        }
     }
     Arena *a = ctx->arena;
     op_set_attr(a, launch, "nv.layout", attr_str(a, !s.dots ? "blocked" : s.acc == SK_F16 ? "acc.f16" : "acc.f32"));
     op_set_attr(a, launch, "nv.rows", attr_int(a, rows));
     op_set_attr(a, launch, "nv.warps", attr_int(a, warps));
     op_set_attr(a, launch, "nv.row_blocks", attr_int(a, row_blocks));
+    if (warp_cols > 1)
+        op_set_attr(a, launch, "nv.warp_cols", attr_int(a, warp_cols));
     Lower lw = *l;
     lw.row_blocks = row_blocks;
     l = &lw;

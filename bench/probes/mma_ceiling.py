@@ -1,0 +1,44 @@
+"""mma_ceiling.py — the ceiling of sm_80 code on this GPU, beside cuBLAS.
+
+Builds and runs mma_sync_peak.cu (a measurement probe: mma.sync.m16n8k16
+with no memory traffic, the instruction attnc's sm_80 generator emits) and,
+in the same process, times torch's f16 GEMM at 8192³ (cuBLAS; wgmma on a
+Hopper GPU). Their ratio bounds what any sm_80 kernel can reach against a
+cuBLAS-based peer, such as the MLP blocks against torch.compile
+(bench/RESULTS.md).
+
+    python3 bench/probes/mma_ceiling.py --out OUT
+"""
+import argparse
+import os
+import re
+import subprocess
+
+import torch
+import triton.testing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    exe = os.path.join(args.out, "mma_sync_peak")
+    subprocess.run(["/usr/local/cuda/bin/nvcc", "-O3", "-arch=sm_90", "-o", exe,
+                    os.path.join(HERE, "mma_sync_peak.cu")], check=True)
+    probe = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    print(probe, end="")
+    peak = float(re.search(r"peak ([0-9.]+)", probe).group(1))
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    ms = triton.testing.do_bench(lambda: a @ b, warmup=100, rep=500)
+    cublas = 2 * n ** 3 / ms / 1e9
+    print(f"cuBLAS f16 GEMM {n}^3: {cublas:.1f} TFLOP/s")
+    print(f"mma.sync peak / cuBLAS: {peak / cublas:.3f}")
+
+
+if __name__ == "__main__":
+    main()
