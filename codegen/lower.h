@@ -161,6 +161,9 @@ typedef struct CgTarget {
      * a unit axis) */
     void (*acc_coords)(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
     void (*dot)(Cg *cg, const Op *op);          /* tile.dot */
+    /* two tile.dots with one A operand from shared memory, emitted together
+     * at the second (lower.c, dot_sharing_a); NULL: each on its own */
+    void (*dot_pair)(Cg *cg, const Op *first, const Op *second);
     /* loads a view's A fragments into registers (nv.operand "fragments") */
     void (*preload_a)(Cg *cg, View *w, ScalarKind k);
     void (*copy_async)(Cg *cg, const Op *op);   /* tile.copy_async */

@@ -11,7 +11,9 @@
  *   tile.dot     A and B fragments by ldmatrix.x4 (.trans where the memory
  *                holds the other order, nv.a / nv.b); P, an accumulator tile,
  *                is already the A fragment of the next MMA: k-step s of P·V
- *                is block s's elements 0..7, packed in pairs
+ *                is block s's elements 0..7, packed in pairs; two dots with
+ *                one A from shared memory (a dual GEMM's) are emitted
+ *                together, each A fragment read once for both
  *   copy_async   cp.async straight into the shared stage (zero-filled
  *                outside the tensor), one commit group per copy; tile.wait
  *                waits with cp.async.wait_group nv.pending (the younger
@@ -186,54 +188,89 @@ static LLVMValueRef as_operand(Cg *cg, LLVMValueRef b32, ScalarKind k) {   /* f1
 
 /* ---- tile.dot on mma.m16n8k16 ------------------------------------------------------ */
 
-static void emit_dot(Cg *cg, const Op *op) {
+/* One dot's operands and accumulators, as its MMAs need them. */
+typedef struct DotPlan {
+    const Op *op;
+    int64_t M, N;
+    const View *b;
+    LLVMValueRef blane;
+    int nb, nacc;
+    bool f16acc;
+    LLVMValueRef *acc;   /* per (row block, n8 tile), in mma argument order */
+    LLVMTypeRef st;
+    const char *name;
+} DotPlan;
+
+/* Checks a dot against its nv attributes and reads its B view and
+ * accumulators; *a_regs / *a_pre: A is P in registers / preloaded; *alane
+ * (when not NULL): A's lane address, when ldmatrix reads it. */
+static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre, LLVMValueRef *alane) {
     const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
-    int64_t M = at->dims[0].size, K = at->dims[1].size, N = bt->dims[1].size;
     ScalarKind ek = bt->elem;
-    bool f16acc = rt->elem == SK_F16;
+    d->op = op;
+    d->M = at->dims[0].size, d->N = bt->dims[1].size;
+    d->f16acc = rt->elem == SK_F16;
     Attr *mma = op_attr(op, "nv.mma"), *na = op_attr(op, "nv.a"), *nb_attr = op_attr(op, "nv.b");
-    const char *want = arena_printf(cg->a, "m16n8k16.row.col.%s.%s", f16acc ? "f16" : "f32", scalar_name(ek));
-    if (!mma || !na || !nb_attr || strcmp(mma->s, want) != 0) {
-        cg_err(cg, op, "internal error: tile.dot's nv.mma is not '%s' (run sm80-layout)", want);
-        return;
-    }
-    if ((ek != SK_F16 && ek != SK_BF16) || (f16acc && ek != SK_F16)) {
-        cg_err(cg, op, "mma.m16n8k16 multiplies f16 or bf16 (f16 accumulates f16 only)", NULL);
-        return;
-    }
+    const char *want = arena_printf(cg->a, "m16n8k16.row.col.%s.%s", d->f16acc ? "f16" : "f32", scalar_name(ek));
+    if (!mma || !na || !nb_attr || strcmp(mma->s, want) != 0)
+        return cg_err(cg, op, "internal error: tile.dot's nv.mma is not '%s' (run sm80-layout)", want);
+    if ((ek != SK_F16 && ek != SK_BF16) || (d->f16acc && ek != SK_F16))
+        return cg_err(cg, op, "mma.m16n8k16 multiplies f16 or bf16 (f16 accumulates f16 only)", NULL);
     if (!dot_fits(cg, op))
-        return;
+        return false;
     Cv *ca = cv_get(cg, op->operands[0]), *cb = cv_get(cg, op->operands[1]);
-    bool a_regs = strcmp(na->s, "registers") == 0, a_pre = strcmp(na->s, "fragments") == 0;
+    *a_regs = strcmp(na->s, "registers") == 0, *a_pre = strcmp(na->s, "fragments") == 0;
     if (!cb || cb->kind != CV_VIEW || cb->view->trans != (strcmp(nb_attr->s, "ldmatrix") == 0) ||
-        (!a_regs && (!ca || ca->kind != CV_VIEW || ca->view->trans != (strcmp(na->s, "ldmatrix.trans") == 0) ||
-                     a_pre != (ca->view->frags != NULL)))) {
-        cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b", NULL);
-        return;
+        (!*a_regs && (!ca || ca->kind != CV_VIEW || ca->view->trans != (strcmp(na->s, "ldmatrix.trans") == 0) ||
+                      *a_pre != (ca->view->frags != NULL))))
+        return cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b", NULL);
+    if (*a_regs && cg->wcols > 1)   /* P's columns are the dot's K: they would span warps */
+        return cg_err(cg, op, "internal error: a dot whose A is in registers, in a grid of warps (nv.warp_cols)", NULL);
+    d->b = cb->view;
+    d->nb = nrep_of(cg, d->N);   /* the 16-column blocks of this warp */
+    d->nacc = d->f16acc ? 2 : 4;
+    Dist *c = as_dist(cg, op, op->operands[2]);
+    d->acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * d->nb * 2 * d->nacc));
+    for (int a = 0; a < cg->mrep; a++)
+        for (int n8 = 0; n8 < 2 * d->nb; n8++)
+            for (int j = 0; j < d->nacc; j++)
+                d->acc[(a * 2 * d->nb + n8) * d->nacc + j] = mma16_acc_get(cg, c, a, n8, j, d->f16acc);
+    if (alane)
+        *alane = !*a_regs && !*a_pre ? a_lane(cg, ca->view, ek) : NULL;
+    d->blane = b_lane(cg, d->b, ek, d->N);
+    LLVMTypeRef et = d->f16acc ? cg->v2f16 : cg->f32;
+    LLVMTypeRef fields[4] = {et, et, et, et};
+    d->st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)d->nacc, false);
+    d->name = ek == SK_BF16 ? "llvm.nvvm.mma.m16n8k16.row.col.bf16"
+              : d->f16acc   ? "llvm.nvvm.mma.m16n8k16.row.col.f16.f16"
+                            : "llvm.nvvm.mma.m16n8k16.row.col.f32.f32";
+    return !cg->failed;
+}
+
+/* ndots dots with one A operand (SwiGLU's gate and up: x @ wg, x @ wu),
+ * k-step by k-step: A's fragments are read once a k-step for all of them,
+ * and each fragment feeds every dot's MMAs. */
+static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
+    DotPlan d[2];
+    bool a_regs = false, a_pre = false;
+    LLVMValueRef alane = NULL;
+    for (int i = 0; i < ndots; i++) {
+        bool regs = false, pre = false;
+        if (!plan_dot(cg, ops[i], &d[i], &regs, &pre, i == 0 ? &alane : NULL))
+            return;
+        if (i > 0 && (regs || pre != a_pre || ops[i]->operands[0] != ops[0]->operands[0])) {
+            cg_err(cg, ops[i], "internal error: dots emitted together must share A from shared memory", NULL);
+            return;
+        }
+        a_regs = a_regs || regs, a_pre = a_pre || pre;
     }
-    if (a_regs && cg->wcols > 1) {   /* P's columns are the dot's K: they would span warps */
-        cg_err(cg, op, "internal error: a dot whose A is in registers, in a grid of warps (nv.warp_cols)", NULL);
-        return;
-    }
+    const Op *op = ops[0];
+    int64_t K = op->operands[0]->type->dims[1].size;
+    ScalarKind ek = op->operands[1]->type->elem;
+    Cv *ca = cv_get(cg, op->operands[0]);
     Dist *p = NULL;
     if (a_regs && !(p = dot_a_in_registers(cg, op)))
         return;
-    Dist *c = as_dist(cg, op, op->operands[2]);
-    int nb = nrep_of(cg, N);   /* the 16-column blocks of this warp */
-    /* accumulators per (row block, n8 tile), in mma argument order */
-    int nacc = f16acc ? 2 : 4;
-    LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nb * 2 * nacc));
-    for (int a = 0; a < cg->mrep; a++)
-        for (int n8 = 0; n8 < 2 * nb; n8++)
-            for (int j = 0; j < nacc; j++)
-                acc[(a * 2 * nb + n8) * nacc + j] = mma16_acc_get(cg, c, a, n8, j, f16acc);
-    LLVMValueRef alane = !a_regs && !a_pre ? a_lane(cg, ca->view, ek) : NULL, blane = b_lane(cg, cb->view, ek, N);
-    LLVMTypeRef et = f16acc ? cg->v2f16 : cg->f32;
-    LLVMTypeRef fields[4] = {et, et, et, et};
-    LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false);
-    const char *name = ek == SK_BF16 ? "llvm.nvvm.mma.m16n8k16.row.col.bf16"
-                       : f16acc      ? "llvm.nvvm.mma.m16n8k16.row.col.f16.f16"
-                                     : "llvm.nvvm.mma.m16n8k16.row.col.f32.f32";
     for (int ks = 0; ks < K / 16; ks++) {
         LLVMValueRef afr[8][4], bfr[32][4];
         for (int a = 0; a < cg->mrep; a++) {
@@ -249,29 +286,41 @@ static void emit_dot(Cg *cg, const Op *op) {
                 frag_a(cg, ca->view, ek, alane, a, ks, afr[a]);
             }
         }
-        for (int b = 0; b < nb; b++)
-            frag_b(cg, cb->view, ek, blane, b, ks, bfr[b]);
-        for (int a = 0; a < cg->mrep; a++)
-            for (int n8 = 0; n8 < 2 * nb; n8++) {
-                LLVMValueRef args[10];
-                for (int j = 0; j < 4; j++)
-                    args[j] = as_operand(cg, afr[a][j], ek);
-                args[4] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2)], ek);
-                args[5] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2) + 1], ek);
-                LLVMValueRef *ac = &acc[(a * 2 * nb + n8) * nacc];
-                for (int j = 0; j < nacc; j++)
-                    args[6 + j] = ac[j];
-                LLVMValueRef res = cg_call(cg, name, st, args, 6 + nacc);
-                for (int j = 0; j < nacc; j++)
-                    ac[j] = LLVMBuildExtractValue(cg->b, res, (unsigned)j, "");
-            }
+        for (int i = 0; i < ndots; i++) {
+            DotPlan *e = &d[i];
+            for (int b = 0; b < e->nb; b++)
+                frag_b(cg, e->b, ek, e->blane, b, ks, bfr[b]);
+            for (int a = 0; a < cg->mrep; a++)
+                for (int n8 = 0; n8 < 2 * e->nb; n8++) {
+                    LLVMValueRef args[10];
+                    for (int j = 0; j < 4; j++)
+                        args[j] = as_operand(cg, afr[a][j], ek);
+                    args[4] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2)], ek);
+                    args[5] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2) + 1], ek);
+                    LLVMValueRef *ac = &e->acc[(a * 2 * e->nb + n8) * e->nacc];
+                    for (int j = 0; j < e->nacc; j++)
+                        args[6 + j] = ac[j];
+                    LLVMValueRef res = cg_call(cg, e->name, e->st, args, 6 + e->nacc);
+                    for (int j = 0; j < e->nacc; j++)
+                        ac[j] = LLVMBuildExtractValue(cg->b, res, (unsigned)j, "");
+                }
+        }
     }
-    Dist *r = dist_new(cg, rt->elem, M, N);
-    for (int a = 0; a < cg->mrep; a++)
-        for (int n8 = 0; n8 < 2 * nb; n8++)
-            for (int j = 0; j < nacc; j++)
-                mma16_acc_set(cg, r, a, n8, j, f16acc, acc[(a * 2 * nb + n8) * nacc + j]);
-    cv_put(cg, op->results[0], cv_dist(cg, r));
+    for (int i = 0; i < ndots; i++) {
+        DotPlan *e = &d[i];
+        Dist *r = dist_new(cg, e->op->results[0]->type->elem, e->M, e->N);
+        for (int a = 0; a < cg->mrep; a++)
+            for (int n8 = 0; n8 < 2 * e->nb; n8++)
+                for (int j = 0; j < e->nacc; j++)
+                    mma16_acc_set(cg, r, a, n8, j, e->f16acc, e->acc[(a * 2 * e->nb + n8) * e->nacc + j]);
+        cv_put(cg, e->op->results[0], cv_dist(cg, r));
+    }
+}
+
+static void emit_dot(Cg *cg, const Op *op) { emit_dots(cg, &op, 1); }
+
+static void emit_dot_pair(Cg *cg, const Op *first, const Op *second) {
+    emit_dots(cg, (const Op *const[]){first, second}, 2);
 }
 
 const CgTarget sm80_target = {
@@ -279,6 +328,7 @@ const CgTarget sm80_target = {
     .acc_layout = mma16_acc_layout,
     .acc_coords = mma16_acc_coords,
     .dot = emit_dot,
+    .dot_pair = emit_dot_pair,
     .preload_a = preload_a,
     .copy_async = cp_async_copy,
     .wait = cp_async_wait,
