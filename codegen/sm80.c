@@ -124,15 +124,11 @@ static void frag_a(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int a
  * N columns. */
 static LLVMValueRef b_lane(Cg *cg, const View *w, ScalarKind k, int64_t N) {
     LLVMValueRef hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
-    if (cg->wcols > 1) {
-        LLVMValueRef n0 = warp_col_base(cg, N);
-        if (!w->trans)
-            return lane_addr(cg, w, k, lane_bit(cg, 15), add(cg, n0, hi8));
-        return lane_addr(cg, w, k, add(cg, n0, add(cg, lane_bit(cg, 7), hi8)), lane_bit(cg, 8));
-    }
+    LLVMValueRef n0 = warp_col_base(cg, N);   /* a constant 0 unless the warps form a grid */
     if (!w->trans)
-        return lane_addr(cg, w, k, lane_bit(cg, 15), hi8);
-    return lane_addr(cg, w, k, add(cg, lane_bit(cg, 7), hi8), lane_bit(cg, 8));
+        return lane_addr(cg, w, k, lane_bit(cg, 15), cg->wcols > 1 ? add(cg, n0, hi8) : hi8);
+    LLVMValueRef col = lane_bit(cg, 8), n = add(cg, lane_bit(cg, 7), hi8);
+    return lane_addr(cg, w, k, cg->wcols > 1 ? add(cg, n0, n) : n, col);
 }
 
 /* B fragments of column block b (two n8 tiles), k-step ks: out[0..1] the
@@ -258,11 +254,12 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
         bool regs = false, pre = false;
         if (!plan_dot(cg, ops[i], &d[i], &regs, &pre, i == 0 ? &alane : NULL))
             return;
-        if (i > 0 && (regs || pre != a_pre || ops[i]->operands[0] != ops[0]->operands[0])) {
+        if (i == 0) {
+            a_regs = regs, a_pre = pre;
+        } else if (regs || pre != a_pre || ops[i]->operands[0] != ops[0]->operands[0]) {
             cg_err(cg, ops[i], "internal error: dots emitted together must share A from shared memory", NULL);
             return;
         }
-        a_regs = a_regs || regs, a_pre = a_pre || pre;
     }
     const Op *op = ops[0];
     int64_t K = op->operands[0]->type->dims[1].size;
