@@ -419,6 +419,19 @@ def mlp_cases(rep, kit, tmp, quick):
             rnd(FF, DIM, scale=FF ** -0.5)
         check("swiglu_mlp", mod, "swiglu", [x, wg, wu, wd], [(T, DIM)],
               lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
+    if ARCH == "sm_80":
+        # a grid of 2 x 4 warps whose share of the 192 columns (48) does not
+        # start a 64-column panel: fragment addresses made whole through the
+        # swizzle (sm80.c frag_addr), not the lane's XOR a constant
+        DIM, FF = 256, 384
+        src = shrink_consts(open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read(), {"DIM": DIM, "FF": FF})
+        src += f"schedule swiglu for {ARCH} {{ tile(128, 192, 64); warps(8); }}\n"
+        mod = compile_src(kit, tmp, "swiglu_share48", src)
+        for T in (17, 300):
+            x, wg, wu, wd = rnd(T, DIM), rnd(DIM, FF, scale=DIM ** -0.5), rnd(DIM, FF, scale=DIM ** -0.5), \
+                rnd(FF, DIM, scale=FF ** -0.5)
+            check("swiglu_mlp tile(128, 192, 64) warps(8)", mod, "swiglu", [x, wg, wu, wd], [(T, DIM)],
+                  lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
     HID, FF = 256, 384
     src = shrink_consts(open(os.path.join(ROOT, "examples", "geglu_bias_mlp.attn")).read(), {"HIDDEN": HID, "FF": FF})
     geglu_acc = "f16" if F16ACC else "f32"   # the example is FP16-ACC; bf16 accumulates in f32

@@ -3,7 +3,7 @@
  * tile.copy_async, zero-filled outside the tensor; tile.wait waits with
  * cp.async.wait_group nv.pending (the younger groups that may stay in
  * flight, counted by the layout pass), then a barrier. The destination is
- * padded rows or (sm_90a) 128-byte swizzled panels, as the buffer says. */
+ * padded rows or 128-byte swizzled panels, as the buffer says. */
 #include "codegen/lower.h"
 
 #include <string.h>

@@ -9,7 +9,8 @@
  *                warps in a grid (nv.warp_cols): a warp's blocks then start
  *                at its first column
  *   tile.dot     A and B fragments by ldmatrix.x4 (.trans where the memory
- *                holds the other order, nv.a / nv.b); P, an accumulator tile,
+ *                holds the other order, nv.a / nv.b), from padded rows or
+ *                (the cp.async rings) swizzled panels; P, an accumulator tile,
  *                is already the A fragment of the next MMA: k-step s of P·V
  *                is block s's elements 0..7, packed in pairs; two dots with
  *                one A from shared memory (a dual GEMM's) are emitted
@@ -84,60 +85,105 @@ static void ldmatrix4(Cg *cg, LLVMValueRef addr, bool trans, LLVMValueRef *out) 
         out[j] = LLVMBuildExtractValue(cg->b, r, (unsigned)j, "");
 }
 
-/* Fragment addresses: each lane's base address for one operand of one dot
+/* Fragment addresses: each lane's address for one operand of one dot
  * (a_lane, b_lane), then a constant offset per fragment, which becomes the
  * ldmatrix's immediate. The base is made opaque (opaque_ptr) at the dot:
  * otherwise LLVM hoists every fragment address of a loop-invariant buffer
  * (Q in shared memory) out of the key loop, a register each, and d128
- * spilled. */
-static LLVMValueRef lane_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef row, LLVMValueRef col) {
-    return gep(cg, k, opaque_ptr(cg, w->base), add(cg, mul(cg, row, ci64(cg, w->stride)), col));
+ * spilled.
+ *
+ * Padded rows: a fragment's address is the lane's plus a constant.
+ * Swizzled (smem_offset's 128-byte panels, 1024-byte aligned): a fragment
+ * `col` columns right has the lane's 16-byte chunk XOR col / 8 — bits 5-6
+ * of the byte address, which no constant offset gives: one XOR of the
+ * lane's address (what CUTLASS does), then constants for the rows and the
+ * panels. That holds while adding col to the lane's column carries nothing
+ * into the chunk bits, i.e. col % 64 stays below the power of two that the
+ * lane's column base is a multiple of (`col_align`: the warp's share of
+ * the columns, in a grid); otherwise each fragment's address is made whole
+ * from the lane's (row, col). */
+typedef struct Lane {
+    const View *w;
+    ScalarKind k;
+    LLVMValueRef addr;              /* of the lane's (row, col) */
+    LLVMValueRef base, row, col;    /* swizzled: for fragments made whole */
+    int64_t col_align;
+} Lane;
+
+static Lane lane_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef row, LLVMValueRef col, int64_t col_align) {
+    Lane l = {.w = w, .k = k, .base = opaque_ptr(cg, w->base), .row = row, .col = col, .col_align = col_align};
+    l.addr = gep(cg, k, l.base, smem_offset(cg, row, col, w->stride, w->panel_rows, w->swizzle));
+    return l;
 }
 
-static LLVMValueRef frag_addr(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int64_t row, int64_t col) {
-    return gep(cg, k, lane, ci64(cg, row * w->stride + col));
+/* The power of two (at most 64) that multiples of `step` are multiples of. */
+static int64_t align_of(int64_t step) {
+    int64_t g = step & -step;
+    return g > 64 || step == 0 ? 64 : g;
+}
+
+/* The address of the fragment `row` rows and `col` columns (multiples of 16)
+ * past the lane's. */
+static LLVMValueRef frag_addr(Cg *cg, const Lane *l, int64_t row, int64_t col) {
+    const View *w = l->w;
+    if (!w->swizzle)
+        return gep(cg, l->k, l->addr, ci64(cg, row * w->stride + col));
+    if (col % 64 >= l->col_align && l->col_align < 64) {
+        LLVMValueRef r = add(cg, l->row, ci64(cg, row)), c = add(cg, l->col, ci64(cg, col));
+        return gep(cg, l->k, l->base, smem_offset(cg, r, c, w->stride, w->panel_rows, 128));
+    }
+    LLVMValueRef a = l->addr;
+    if (col % 64) {
+        LLVMTypeRef it = LLVMIntTypeInContext(cg->ctx, cg->short_shared ? 32 : 64);
+        LLVMValueRef bits = LLVMConstInt(it, (unsigned long long)(col % 64 / 8) << 4, 0);
+        a = LLVMBuildIntToPtr(cg->b, LLVMBuildXor(cg->b, LLVMBuildPtrToInt(cg->b, a, it, ""), bits, ""),
+                              LLVMTypeOf(a), "");
+    }
+    return gep(cg, l->k, a, ci64(cg, row * 64 + col / 64 * w->panel_rows * 64));   /* rows of 64 elements */
 }
 
 /* A operand: matrix j of ldmatrix.x4 covers tile rows 8·(j&1), columns
  * 8·(j>>1); lane l gives the address of its row l % 8. Memory [M][K]: row
  * m0 + (l & 15), column 8·((l >> 4) & 1); memory [K][M] (.trans): row (k)
- * (l & 7) + 8·((l >> 4) & 1), column m0 + (l & 8). m0 is the warp's first row. */
-static LLVMValueRef a_lane(Cg *cg, const View *w, ScalarKind k) {
+ * (l & 7) + 8·((l >> 4) & 1), column m0 + (l & 8). m0 is the warp's first row
+ * (16·mrep rows a warp: at a panel's start when that is a multiple of 64). */
+static Lane a_lane(Cg *cg, const View *w, ScalarKind k) {
     LLVMValueRef m0 = warp_row_base(cg, 0), hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
     if (!w->trans)
-        return lane_addr(cg, w, k, add(cg, m0, lane_bit(cg, 15)), hi8);
-    return lane_addr(cg, w, k, add(cg, lane_bit(cg, 7), hi8), add(cg, m0, lane_bit(cg, 8)));
+        return lane_addr(cg, w, k, add(cg, m0, lane_bit(cg, 15)), hi8, 64);
+    return lane_addr(cg, w, k, add(cg, lane_bit(cg, 7), hi8), add(cg, m0, lane_bit(cg, 8)), align_of(16 * cg->mrep));
 }
 
 /* A fragments of row block a (16 rows), k-step ks (16 columns): a0..a3 =
  * rows g / g+8, columns 2t / 2t+8. */
-static void frag_a(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int a, int ks, LLVMValueRef *out) {
-    if (!w->trans)
-        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * a, 16 * ks), false, out);
+static void frag_a(Cg *cg, const Lane *l, int a, int ks, LLVMValueRef *out) {
+    if (!l->w->trans)
+        ldmatrix4(cg, frag_addr(cg, l, 16 * a, 16 * ks), false, out);
     else
-        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * ks, 16 * a), true, out);
+        ldmatrix4(cg, frag_addr(cg, l, 16 * ks, 16 * a), true, out);
 }
 
 /* B operand: memory [K][N] (V), transposed: row (l & 15), column 8·((l >> 4)
  * & 1); memory [N][K] (K of Q·Kᵀ): row (l & 7) + 8·((l >> 4) & 1), column
  * (l & 8). In a grid of warps, n counts from the warp's first column of the
- * N columns. */
-static LLVMValueRef b_lane(Cg *cg, const View *w, ScalarKind k, int64_t N) {
+ * N columns (N / wcols a warp). */
+static Lane b_lane(Cg *cg, const View *w, ScalarKind k, int64_t N) {
     LLVMValueRef hi8 = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
     LLVMValueRef n0 = warp_col_base(cg, N);   /* a constant 0 unless the warps form a grid */
     if (!w->trans)
-        return lane_addr(cg, w, k, lane_bit(cg, 15), cg->wcols > 1 ? add(cg, n0, hi8) : hi8);
+        return lane_addr(cg, w, k, lane_bit(cg, 15), cg->wcols > 1 ? add(cg, n0, hi8) : hi8,
+                         align_of(cg->wcols > 1 ? N / cg->wcols : 0));
     LLVMValueRef col = lane_bit(cg, 8), n = add(cg, lane_bit(cg, 7), hi8);
-    return lane_addr(cg, w, k, cg->wcols > 1 ? add(cg, n0, n) : n, col);
+    return lane_addr(cg, w, k, cg->wcols > 1 ? add(cg, n0, n) : n, col, 64);
 }
 
 /* B fragments of column block b (two n8 tiles), k-step ks: out[0..1] the
  * first n8 tile's (k rows 2t and 2t+8), out[2..3] the second's. */
-static void frag_b(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int b, int ks, LLVMValueRef *out) {
-    if (!w->trans)
-        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * ks, 16 * b), true, out);
+static void frag_b(Cg *cg, const Lane *l, int b, int ks, LLVMValueRef *out) {
+    if (!l->w->trans)
+        ldmatrix4(cg, frag_addr(cg, l, 16 * ks, 16 * b), true, out);
     else
-        ldmatrix4(cg, frag_addr(cg, w, k, lane, 16 * b, 16 * ks), false, out);
+        ldmatrix4(cg, frag_addr(cg, l, 16 * b, 16 * ks), false, out);
 }
 
 /* Q: every A fragment of the tile, into registers once (before the key
@@ -145,10 +191,10 @@ static void frag_b(Cg *cg, const View *w, ScalarKind k, LLVMValueRef lane, int b
 static void preload_a(Cg *cg, View *w, ScalarKind k) {
     int nks = (int)(w->cols / 16);
     w->frags = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(cg->mrep * nks * 4));
-    LLVMValueRef lane = a_lane(cg, w, k);
+    Lane lane = a_lane(cg, w, k);
     for (int a = 0; a < cg->mrep; a++)
         for (int ks = 0; ks < nks; ks++)
-            frag_a(cg, w, k, lane, a, ks, &w->frags[(a * nks + ks) * 4]);
+            frag_a(cg, &lane, a, ks, &w->frags[(a * nks + ks) * 4]);
 }
 
 /* Two 16-bit values as one b32 register. */
@@ -188,8 +234,7 @@ static LLVMValueRef as_operand(Cg *cg, LLVMValueRef b32, ScalarKind k) {   /* f1
 typedef struct DotPlan {
     const Op *op;
     int64_t M, N;
-    const View *b;
-    LLVMValueRef blane;
+    Lane blane;
     int nb, nacc;
     bool f16acc;
     LLVMValueRef *acc;   /* per (row block, n8 tile), in mma argument order */
@@ -199,8 +244,8 @@ typedef struct DotPlan {
 
 /* Checks a dot against its nv attributes and reads its B view and
  * accumulators; *a_regs / *a_pre: A is P in registers / preloaded; *alane
- * (when not NULL): A's lane address, when ldmatrix reads it. */
-static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre, LLVMValueRef *alane) {
+ * (when not NULL): A's lane addresses, when ldmatrix reads it. */
+static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre, Lane *alane) {
     const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
     ScalarKind ek = bt->elem;
     d->op = op;
@@ -222,7 +267,6 @@ static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre
         return cg_err(cg, op, "internal error: tile.dot's operands disagree with nv.a / nv.b", NULL);
     if (*a_regs && cg->wcols > 1)   /* P's columns are the dot's K: they would span warps */
         return cg_err(cg, op, "internal error: a dot whose A is in registers, in a grid of warps (nv.warp_cols)", NULL);
-    d->b = cb->view;
     d->nb = nrep_of(cg, d->N);   /* the 16-column blocks of this warp */
     d->nacc = d->f16acc ? 2 : 4;
     Dist *c = as_dist(cg, op, op->operands[2]);
@@ -231,9 +275,9 @@ static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre
         for (int n8 = 0; n8 < 2 * d->nb; n8++)
             for (int j = 0; j < d->nacc; j++)
                 d->acc[(a * 2 * d->nb + n8) * d->nacc + j] = mma16_acc_get(cg, c, a, n8, j, d->f16acc);
-    if (alane)
-        *alane = !*a_regs && !*a_pre ? a_lane(cg, ca->view, ek) : NULL;
-    d->blane = b_lane(cg, d->b, ek, d->N);
+    if (alane && !*a_regs && !*a_pre)
+        *alane = a_lane(cg, ca->view, ek);
+    d->blane = b_lane(cg, cb->view, ek, d->N);
     LLVMTypeRef et = d->f16acc ? cg->v2f16 : cg->f32;
     LLVMTypeRef fields[4] = {et, et, et, et};
     d->st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)d->nacc, false);
@@ -249,7 +293,7 @@ static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre
 static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
     DotPlan d[2];
     bool a_regs = false, a_pre = false;
-    LLVMValueRef alane = NULL;
+    Lane alane = {0};
     for (int i = 0; i < ndots; i++) {
         bool regs = false, pre = false;
         if (!plan_dot(cg, ops[i], &d[i], &regs, &pre, i == 0 ? &alane : NULL))
@@ -280,13 +324,13 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
                 for (int j = 0; j < 4; j++)
                     afr[a][j] = ca->view->frags[(a * (K / 16) + ks) * 4 + j];
             } else {
-                frag_a(cg, ca->view, ek, alane, a, ks, afr[a]);
+                frag_a(cg, &alane, a, ks, afr[a]);
             }
         }
         for (int i = 0; i < ndots; i++) {
             DotPlan *e = &d[i];
             for (int b = 0; b < e->nb; b++)
-                frag_b(cg, e->b, ek, e->blane, b, ks, bfr[b]);
+                frag_b(cg, &e->blane, b, ks, bfr[b]);
             for (int a = 0; a < cg->mrep; a++)
                 for (int n8 = 0; n8 < 2 * e->nb; n8++) {
                     LLVMValueRef args[10];
@@ -332,4 +376,5 @@ const CgTarget sm80_target = {
     .drain = cp_async_drain,
     .pair_stores = true,
     .warp_grid = true,
+    .smem_align = 1024,   /* swizzled tiles: frag_addr XORs absolute addresses */
 };

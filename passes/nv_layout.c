@@ -37,7 +37,9 @@
  *                  nv.b        sm_80: "ldmatrix" ([N, K] in memory) |
  *                              "ldmatrix.trans" ([K, N])
  *   tile.alloc     nv.row_stride  16-bit rows, padded so fragment loads are
- *                              free of bank conflicts
+ *                              free of bank conflicts; or
+ *                  nv.swizzle  sm_80: 128 on a ring that cp.async fills,
+ *                              64k columns wide (sm80_swizzles)
  *   tile.copy_async nv.copy    sm_70: "registers" (loads issued here, stored
  *                              to shared memory at the tile.wait); sm_80:
  *                              "cp.async" (straight to shared memory, one
@@ -129,6 +131,33 @@ static int64_t row_stride(const Lower *l, int64_t cols) {
 
 static bool is_16bit(ScalarKind k) { return k == SK_F16 || k == SK_BF16; }
 
+/* sm_80: a buffer that cp.async fills (a K/V or GEMM operand ring) of
+ * 16-bit tiles of 64k columns and 8k rows lies in 128-byte swizzled panels
+ * (smem.c's smem_offset, CUTLASS's Swizzle<3,3,3>) instead of padded rows:
+ * a warp's cp.async then covers whole 128-byte rows, 4 shared-memory
+ * wavefronts an instruction where padded rows took 10.5 (ncu, session 16),
+ * and ldmatrix stays conflict-free (the 8 rows of a phase read 8 different
+ * 16-byte chunks). A fragment's address is then the lane's XOR a constant
+ * (sm80.c), a register more per live XOR; the tiles stored through
+ * registers (Q's scratch, the backward's dSᵀ) gain nothing from the
+ * swizzle (16-byte stores into padded rows are conflict-free), so they keep
+ * padded rows: in the backward's key kernel the XORs had doubled the
+ * spills. Narrower buffers keep padded rows too. */
+static bool sm80_swizzles(const Lower *l, const Type *t) {
+    return l->gen == SM80 && is_16bit(t->elem) && t->rank >= 2 && !t->dims[t->rank - 1].sym &&
+           !t->dims[t->rank - 2].sym && t->dims[t->rank - 1].size % 64 == 0 && t->dims[t->rank - 2].size % 8 == 0;
+}
+
+/* The layout attribute of a 16-bit shared tile: nv.swizzle 128 or
+ * nv.row_stride (padded rows). */
+static void set_shared_layout(const Lower *l, Op *op, const Type *t, bool swizzle) {
+    Arena *a = l->ctx->arena;
+    if (swizzle)
+        op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
+    else
+        op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, t->dims[t->rank - 1].size)));
+}
+
 /* ---- uses -------------------------------------------------------------------------- */
 
 static bool only_dot_uses(const Block *top, const Value *v, bool a_only);
@@ -157,6 +186,34 @@ static bool dot_uses_in(const Block *top, const Value *v, const Block *blk, bool
 static bool only_dot_uses(const Block *top, const Value *v, bool a_only) {
     int n = 0;
     return dot_uses_in(top, v, top, a_only, &n) && n > 0;
+}
+
+/* Whether every use of the shared buffer v in blk is a tile.copy_async
+ * into it or a tile.load of a whole stage for dots (the only readers that
+ * know the swizzle: a swizzled stage is read whole). */
+static bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op);
+
+static bool reads_whole_stage(const Op *load) {
+    const Type *bt = load->operands[0]->type, *rt = load->results[0]->type;
+    return rt->dims[0].size == bt->dims[bt->rank - 2].size && rt->dims[1].size == bt->dims[bt->rank - 1].size;
+}
+
+static bool buffer_uses_in(const Lower *l, const Block *top, const Value *v, const Block *blk) {
+    for (const Op *o = blk->first; o; o = o->next) {
+        for (int i = 0; i < o->noperands; i++)
+            if (o->operands[i] == v && o->kind != OP_COPY_ASYNC &&
+                !(o->kind == OP_LOAD && i == 0 && is_dot_operand_load(l, top, o) && reads_whole_stage(o)))
+                return false;
+        for (int r = 0; r < o->nregions; r++)
+            for (int k = 0; k < o->regions[r].nblocks; k++)
+                if (!buffer_uses_in(l, top, v, o->regions[r].blocks[k]))
+                    return false;
+    }
+    return true;
+}
+
+static bool only_copied_and_read_by_dots(const Lower *l, const Block *top, const Value *v) {
+    return buffer_uses_in(l, top, v, top);
 }
 
 /* ---- the kernel ---------------------------------------------------------------------- */
@@ -387,10 +444,9 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                 bool frags = !shared && l->gen == SM80 && only_dot_uses(top, op->results[0], true) &&
                              fits_in_fragments(l, op->results[0]->type);
                 op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : frags ? "fragments" : "scratch"));
-                if (!shared && l->gen == SM90)
-                    op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
-                else if (!shared)
-                    op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, op->results[0]->type->dims[1].size)));
+                const Type *rt = op->results[0]->type;
+                if (!shared)
+                    set_shared_layout(l, op, rt, l->gen == SM90);   /* sm_80: padded (sm80_swizzles) */
             }
             break;
         case OP_TRANS: {   /* a computed tile's transpose read by dots (the backward's dSᵀ): via shared memory */
@@ -401,10 +457,7 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
             if ((!src || src->kind != OP_LOAD) && elem_ok && t->dims[0].size % q == 0 && t->dims[1].size % q == 0 &&
                 only_dot_uses(top, op->results[0], false)) {
                 op_set_attr(a, op, "nv.operand", attr_str(a, "scratch"));
-                if (l->gen == SM90)
-                    op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
-                else
-                    op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, t->dims[1].size)));
+                set_shared_layout(l, op, t, l->gen == SM90);
             }
             break;
         }
@@ -414,7 +467,7 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                 op_set_attr(a, op, "nv.swizzle", attr_int(a, 128));
             else if ((l->gen == SM70 ? t->elem == SK_F16 : is_16bit(t->elem)) && t->rank >= 2 &&
                      !t->dims[t->rank - 1].sym)
-                op_set_attr(a, op, "nv.row_stride", attr_int(a, row_stride(l, t->dims[t->rank - 1].size)));
+                set_shared_layout(l, op, t, sm80_swizzles(l, t) && only_copied_and_read_by_dots(l, top, op->results[0]));
             break;
         }
         case OP_COPY_ASYNC:
