@@ -287,6 +287,95 @@ static bool plan_dot(Cg *cg, const Op *op, DotPlan *d, bool *a_regs, bool *a_pre
     return !cg->failed;
 }
 
+/* P's A fragments of k-step ks (block ks of P: elements (0,1), (2,3),
+ * (4,5), (6,7) are a0..a3), out[a·4 + j]. */
+static void pack_p(Cg *cg, const Dist *p, ScalarKind ek, int ks, LLVMValueRef *out) {
+    for (int a = 0; a < cg->mrep; a++)
+        for (int j = 0; j < 4; j++) {
+            LLVMValueRef x = dist_get(cg, p, (Pos){a, ks, 2 * j}), y = dist_get(cg, p, (Pos){a, ks, 2 * j + 1});
+            out[a * 4 + j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
+        }
+}
+
+/* One m16n8k16: accumulator tile (row block a, n8 tile n8) += A fragment
+ * afr × the n8 tile's half of B fragment bfr (ldmatrix.x4 of two n8 tiles). */
+static void mma(Cg *cg, DotPlan *e, ScalarKind ek, int a, int n8, const LLVMValueRef *afr, const LLVMValueRef *bfr) {
+    LLVMValueRef args[10];
+    for (int j = 0; j < 4; j++)
+        args[j] = as_operand(cg, afr[j], ek);
+    args[4] = as_operand(cg, bfr[2 * (n8 % 2)], ek);
+    args[5] = as_operand(cg, bfr[2 * (n8 % 2) + 1], ek);
+    LLVMValueRef *ac = &e->acc[(a * 2 * e->nb + n8) * e->nacc];
+    for (int j = 0; j < e->nacc; j++)
+        args[6 + j] = ac[j];
+    LLVMValueRef res = cg_call(cg, e->name, e->st, args, 6 + e->nacc);
+    for (int j = 0; j < e->nacc; j++)
+        ac[j] = LLVMBuildExtractValue(cg->b, res, (unsigned)j, "");
+}
+
+/* P·V with V swizzled: column block by column block, every k-step of one
+ * before the next, the blocks of one XOR value together (0, 4, 1, 5, ...
+ * of 8). Each XOR of V's lane address (frag_addr) is then live for one or
+ * two blocks instead of the whole dot: k-step-major order kept all four,
+ * and at head dim 128 with 64 keys ptxas spilled the row sums for them.
+ * Each accumulator still sums its k-steps in order. */
+static void emit_dot_by_columns(Cg *cg, DotPlan *e, ScalarKind ek, int64_t K, const LLVMValueRef *pfr) {
+    int per = (e->nb + 3) / 4;   /* blocks per XOR value */
+    for (int i = 0; i < e->nb; i++) {
+        int b = e->nb % 4 ? i : 4 * (i % per) + i / per;
+        for (int ks = 0; ks < K / 16; ks++) {
+            LLVMValueRef bfr[4];
+            frag_b(cg, &e->blane, b, ks, bfr);
+            for (int n8 = 2 * b; n8 < 2 * b + 2; n8++)
+                for (int a = 0; a < cg->mrep; a++)
+                    mma(cg, e, ek, a, n8, &pfr[(ks * cg->mrep + a) * 4], bfr);
+        }
+    }
+}
+
+/* The online softmax's row sum of the scores that P·V's P is made of (a
+ * tile.reduce "sum" before the dot in its block), or NULL. */
+static const Op *row_sum_of_p(const Op *dot) {
+    const Op *cast = dot->operands[0]->def;
+    const Value *scores = cast && cast->kind == OP_CAST ? cast->operands[0] : dot->operands[0];
+    const Op *sum = NULL;
+    for (const Op *o = dot->parent->first; o && o != dot; o = o->next)
+        if (o->kind == OP_TILE_REDUCE && o->operands[0] == scores && op_attr(o, "kind") &&
+            strcmp(op_attr(o, "kind")->s, "sum") == 0)
+            sum = o;
+    return sum;
+}
+
+/* P·V's accumulator is O·α (the online softmax's rescale), and the row
+ * sums of P's scores are wanted only by the next key tile: ptxas then
+ * sinks their adds below P·V and keeps all of the f32 scores alive
+ * through it (64 registers at head dim 128 with 64 keys, which spilled).
+ * Each O·α made here as fma(O, α, 0·l), l its row's sum, ties the
+ * rescale, and so every MMA of P·V, to the sums: the same values (l is
+ * finite, a sum of exponentials of at most 2^8 under online-softmax's lazy
+ * max, or NaN only where P, and so O, is NaN too), and no more
+ * instructions. */
+static void rescale_after_row_sums(Cg *cg, const Op *dot, DotPlan *e) {
+    const Op *sum = row_sum_of_p(dot);
+    Cv *c = sum ? cv_get(cg, sum->results[0]) : NULL;
+    if (!c || c->kind != CV_DIST || e->f16acc)
+        return;
+    LLVMValueRef zero = fconst(cg, SK_F32, 0);
+    for (int a = 0; a < cg->mrep; a++)
+        for (int h = 0; h < 2; h++) {   /* rows g and g + 8 of row block a: accumulator registers 2h, 2h + 1 */
+            LLVMValueRef l = cg_cast(cg, dist_get(cg, c->d, (Pos){a, 0, 2 * h}), c->d->elem, SK_F32);
+            LLVMValueRef z = LLVMBuildFMul(cg->b, l, zero, "");
+            for (int n8 = 0; n8 < 2 * e->nb; n8++)
+                for (int j = 2 * h; j < 2 * h + 2; j++) {
+                    LLVMValueRef *ac = &e->acc[(a * 2 * e->nb + n8) * e->nacc + j];
+                    if (!LLVMIsAInstruction(*ac) || LLVMGetInstructionOpcode(*ac) != LLVMFMul)
+                        continue;
+                    LLVMValueRef args[3] = {LLVMGetOperand(*ac, 0), LLVMGetOperand(*ac, 1), z};
+                    *ac = cg_call(cg, "llvm.fma.f32", cg->f32, args, 3);
+                }
+        }
+}
+
 /* ndots dots with one A operand (SwiGLU's gate and up: x @ wg, x @ wu),
  * k-step by k-step: A's fragments are read once a k-step for all of them,
  * and each fragment feeds every dot's MMAs. */
@@ -312,39 +401,49 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
     Dist *p = NULL;
     if (a_regs && !(p = dot_a_in_registers(cg, op)))
         return;
-    for (int ks = 0; ks < K / 16; ks++) {
-        LLVMValueRef afr[8][4], bfr[32][4];
-        for (int a = 0; a < cg->mrep; a++) {
-            if (p) {   /* block ks of P: elements (0,1), (2,3), (4,5), (6,7) are a0..a3 */
-                for (int j = 0; j < 4; j++) {
-                    LLVMValueRef x = dist_get(cg, p, (Pos){a, ks, 2 * j}), y = dist_get(cg, p, (Pos){a, ks, 2 * j + 1});
-                    afr[a][j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
-                }
-            } else if (a_pre) {
-                for (int j = 0; j < 4; j++)
-                    afr[a][j] = ca->view->frags[(a * (K / 16) + ks) * 4 + j];
-            } else {
-                frag_a(cg, &alane, a, ks, afr[a]);
-            }
-        }
-        for (int i = 0; i < ndots; i++) {
-            DotPlan *e = &d[i];
-            for (int b = 0; b < e->nb; b++)
-                frag_b(cg, &e->blane, b, ks, bfr[b]);
-            for (int a = 0; a < cg->mrep; a++)
-                for (int n8 = 0; n8 < 2 * e->nb; n8++) {
-                    LLVMValueRef args[10];
+    /* P·V at the register limit (scores and output over 160 f32 a thread:
+     * head dim 128 with 64 keys) is emitted so that ptxas does not spill in
+     * the key loop: P packed whole before the first MMA (the 16-bit pairs
+     * take half the registers of the f32 scores, dead once packed;
+     * FlashAttention-2 converts the whole tile first too), O's rescale tied
+     * to the row sums, V by column block (emit_dot_by_columns). Elsewhere
+     * those measured 5-7 % slower (head dim 64, bench/RESULTS.md session
+     * 17): there P is packed k-step by k-step, as the MMAs take it. */
+    bool tight = p && !d[0].f16acc && p->cols + d[0].N > 160 && row_sum_of_p(op);
+    LLVMValueRef *pfr = NULL;   /* P's A fragments, [ks][a][j] */
+    if (p) {
+        pfr = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(K / 16 * cg->mrep * 4));
+        for (int ks = 0; tight && ks < K / 16; ks++)
+            pack_p(cg, p, ek, ks, &pfr[ks * cg->mrep * 4]);
+    }
+    if (tight)
+        rescale_after_row_sums(cg, op, &d[0]);
+    if (tight && d[0].blane.w->swizzle && !d[0].blane.w->trans) {   /* V's XOR is per column block */
+        emit_dot_by_columns(cg, &d[0], ek, K, pfr);
+    } else {
+        for (int ks = 0; ks < K / 16; ks++) {
+            LLVMValueRef afr[8][4], bfr[32][4];
+            for (int a = 0; a < cg->mrep; a++) {
+                if (p) {
+                    if (!tight && a == 0)
+                        pack_p(cg, p, ek, ks, &pfr[ks * cg->mrep * 4]);
                     for (int j = 0; j < 4; j++)
-                        args[j] = as_operand(cg, afr[a][j], ek);
-                    args[4] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2)], ek);
-                    args[5] = as_operand(cg, bfr[n8 / 2][2 * (n8 % 2) + 1], ek);
-                    LLVMValueRef *ac = &e->acc[(a * 2 * e->nb + n8) * e->nacc];
-                    for (int j = 0; j < e->nacc; j++)
-                        args[6 + j] = ac[j];
-                    LLVMValueRef res = cg_call(cg, e->name, e->st, args, 6 + e->nacc);
-                    for (int j = 0; j < e->nacc; j++)
-                        ac[j] = LLVMBuildExtractValue(cg->b, res, (unsigned)j, "");
+                        afr[a][j] = pfr[(ks * cg->mrep + a) * 4 + j];
+                } else if (a_pre) {
+                    for (int j = 0; j < 4; j++)
+                        afr[a][j] = ca->view->frags[(a * (K / 16) + ks) * 4 + j];
+                } else {
+                    frag_a(cg, &alane, a, ks, afr[a]);
                 }
+            }
+            for (int i = 0; i < ndots; i++) {
+                DotPlan *e = &d[i];
+                for (int b = 0; b < e->nb; b++)
+                    frag_b(cg, &e->blane, b, ks, bfr[b]);
+                for (int a = 0; a < cg->mrep; a++)
+                    for (int n8 = 0; n8 < 2 * e->nb; n8++)
+                        mma(cg, e, ek, a, n8, afr[a], bfr[n8 / 2]);
+            }
         }
     }
     for (int i = 0; i < ndots; i++) {

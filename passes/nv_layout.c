@@ -830,15 +830,15 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * (FlashAttention-2's 4 warps × 32 rows). */
         warps = rows % 64 == 0 ? 4 : (int)(rows / 16);
         /* ... when that fits in registers, measured with ptxas: a kernel
-         * whose accumulators take at most 160 f32 per thread (attention at
-         * D 64 with 64 keys, at D 128 with 32 keys — sm_80's default tile
-         * there — : output and scores; a GEMM with one 128-column
-         * accumulator) and that gathers nothing per score. At D 128 with
-         * 64 keys (192 f32) ptxas spills the row sums inside the key loop,
-         * a per-score gather (a bias tensor) spills a lot; a GEMM with one
-         * 128-column accumulator fits (166 registers), SwiGLU's two do not.
-         * Those keep a warp per 16 rows. */
-        if (l->gen == SM80 && rows == 128 && (s.carried_cols + s.dot_cols > 160 || s.gathers_per_score))
+         * whose accumulators take at most 192 f32 per thread (attention at
+         * D 64 with 64 keys, at D 128 with 32 or 64 keys: output and
+         * scores, the last at the register limit, where sm80.c emits P·V
+         * so that ptxas does not spill; a GEMM with one 128-column
+         * accumulator) and that gathers nothing per score. A per-score
+         * gather (a bias tensor) spills a lot; a GEMM with one 128-column
+         * accumulator fits (166 registers), SwiGLU's two do not. Those keep
+         * a warp per 16 rows. */
+        if (l->gen == SM80 && rows == 128 && (s.carried_cols + s.dot_cols > 192 || s.gathers_per_score))
             warps = 8;
         Attr *hint = op_attr(launch, "warps");   /* the schedule's warps(N) */
         if (l->gen == SM90) {   /* a warpgroup (4 warps) per 64 rows, each warp 16 */

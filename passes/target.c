@@ -61,6 +61,12 @@ const Target targets[] = {
          * FlashAttention-2 on the H200 against 128 x 64 with 8 warps
          * (bench/RESULTS.md, session 15) */
         .attn_tile_d128 = {128, 32},
+        /* under a causal or window band 64 keys, 4 warps still: sm80.c's
+         * orderings for P·V keep it from spilling there, and it ran 2-7 %
+         * faster (session 17); without the band's masks ptxas reloads three
+         * loop-invariant values from local memory per key tile, so plain
+         * attention keeps 32 keys (though 4-7 % faster so, session 17) */
+        .attn_tile_d128_band = {128, 64},
         .row_block = 2,
         .pipeline = sm80_pipeline, .lowering = "sm80-layout",
     },

@@ -43,6 +43,9 @@ typedef struct Target {
     /* attention tiles at head dims over 64 up to 128 ({0, 0}: attn_tile),
      * where no hook reads a tensor per key */
     int64_t attn_tile_d128[2];
+    /* the same under a band that follows the row (causal, windows), for
+     * f32 accumulation without a score hook */
+    int64_t attn_tile_d128_band[2];
     AttnShortTile attn_short[2];   /* the first whose max_d the head dim does not pass */
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */

@@ -253,11 +253,13 @@ typedef enum { KEYS_ALL, KEYS_GATHERED, KEYS_FOLLOW_ROW } KeyShape;
 
 /* Defaults per target: query rows x key rows for attention, M x N x K for
  * GEMMs. */
-static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, KeyShape keys) {
+static int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, KeyShape keys, bool lean) {
     const Target *t = target_lookup(arch);
     const int64_t *d64 = keys == KEYS_ALL ? t->attn_tile_d64 : keys == KEYS_GATHERED ? t->attn_tile_d64_gathers : NULL;
     if (attention && axis < 2 && D <= 64 && d64 && d64[axis])
         return d64[axis];
+    if (attention && axis < 2 && D > 64 && D <= 128 && keys == KEYS_FOLLOW_ROW && lean && t->attn_tile_d128_band[axis])
+        return t->attn_tile_d128_band[axis];
     if (attention && axis < 2 && D > 64 && D <= 128 && keys != KEYS_GATHERED && t->attn_tile_d128[axis])
         return t->attn_tile_d128[axis];
     return attention ? t->attn_tile[axis] : t->gemm_tile[axis];
@@ -282,9 +284,9 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     const Type *a = g->operands[0]->type, *rt = g->results[0]->type;
     if (a->rank != 2)
         return true;   /* batched A: left as it is */
-    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0, KEYS_ALL));
-    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0, KEYS_ALL));
-    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0, KEYS_ALL));
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, false, 0, 0, KEYS_ALL, false));
+    int64_t BN = schedule_tile(func, ctx->arch, 1, default_tile(ctx->arch, false, 1, 0, KEYS_ALL, false));
+    int64_t BK = schedule_tile(func, ctx->arch, 2, default_tile(ctx->arch, false, 2, 0, KEYS_ALL, false));
     int n = (int)op_attr(g, "num_b")->i, nin = g->noperands;
     ScalarKind acc = op_attr(g, "acc")->type->elem;
     const Block *epi = g->regions[0].blocks[0];
@@ -622,9 +624,12 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
         if (k && k->i)
             keys = KEYS_FOLLOW_ROW;
     }
-    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, keys));
+    /* lean: nothing but the scores and the output in registers (f32
+     * accumulation, no score hook), what the band's wider tile needs */
+    bool lean = op_attr(att, "acc")->type->elem == SK_F32 && !att->regions[0].nblocks;
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, keys, lean));
     int64_t BN = schedule_tile(func, ctx->arch, 1,
-                               fit_keys(ctx->arch, func, BM, default_tile(ctx->arch, true, 1, D, keys), D));
+                               fit_keys(ctx->arch, func, BM, default_tile(ctx->arch, true, 1, D, keys, lean), D));
     const AttnShortTile *sh = short_tile(func, ctx->arch, D, keys);
     if (sh && !qt->dims[2].sym) {   /* the query length is known: the variant for it, now */
         if (qt->dims[2].size <= sh->max_n)
