@@ -355,10 +355,9 @@ static const Op *row_sum_of_p(const Op *dot) {
  * finite, a sum of exponentials of at most 2^8 under online-softmax's lazy
  * max, or NaN only where P, and so O, is NaN too), and no more
  * instructions. */
-static void rescale_after_row_sums(Cg *cg, const Op *dot, DotPlan *e) {
-    const Op *sum = row_sum_of_p(dot);
-    Cv *c = sum ? cv_get(cg, sum->results[0]) : NULL;
-    if (!c || c->kind != CV_DIST || e->f16acc)
+static void rescale_after_row_sums(Cg *cg, const Op *sum, DotPlan *e) {
+    Cv *c = cv_get(cg, sum->results[0]);
+    if (!c || c->kind != CV_DIST)
         return;
     LLVMValueRef zero = fconst(cg, SK_F32, 0);
     for (int a = 0; a < cg->mrep; a++)
@@ -409,7 +408,8 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
      * to the row sums, V by column block (emit_dot_by_columns). Elsewhere
      * those measured 5-7 % slower (head dim 64, bench/RESULTS.md session
      * 17): there P is packed k-step by k-step, as the MMAs take it. */
-    bool tight = p && !d[0].f16acc && p->cols + d[0].N > 160 && row_sum_of_p(op);
+    const Op *sum = p && !d[0].f16acc && p->cols + d[0].N > 160 ? row_sum_of_p(op) : NULL;
+    bool tight = sum != NULL;
     LLVMValueRef *pfr = NULL;   /* P's A fragments, [ks][a][j] */
     if (p) {
         pfr = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)(K / 16 * cg->mrep * 4));
@@ -417,7 +417,7 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
             pack_p(cg, p, ek, ks, &pfr[ks * cg->mrep * 4]);
     }
     if (tight)
-        rescale_after_row_sums(cg, op, &d[0]);
+        rescale_after_row_sums(cg, sum, &d[0]);
     if (tight && d[0].blane.w->swizzle && !d[0].blane.w->trans) {   /* V's XOR is per column block */
         emit_dot_by_columns(cg, &d[0], ek, K, pfr);
     } else {

@@ -188,9 +188,6 @@ static bool only_dot_uses(const Block *top, const Value *v, bool a_only) {
     return dot_uses_in(top, v, top, a_only, &n) && n > 0;
 }
 
-/* Whether every use of the shared buffer v in blk is a tile.copy_async
- * into it or a tile.load of a whole stage for dots (the only readers that
- * know the swizzle: a swizzled stage is read whole). */
 static bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op);
 
 static bool reads_whole_stage(const Op *load) {
@@ -198,6 +195,9 @@ static bool reads_whole_stage(const Op *load) {
     return rt->dims[0].size == bt->dims[bt->rank - 2].size && rt->dims[1].size == bt->dims[bt->rank - 1].size;
 }
 
+/* Whether every use of the shared buffer v in blk is a tile.copy_async
+ * into it or a tile.load of a whole stage for dots (the only readers that
+ * know the swizzle: a swizzled stage is read whole). */
 static bool buffer_uses_in(const Lower *l, const Block *top, const Value *v, const Block *blk) {
     for (const Op *o = blk->first; o; o = o->next) {
         for (int i = 0; i < o->noperands; i++)
@@ -444,9 +444,8 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                 bool frags = !shared && l->gen == SM80 && only_dot_uses(top, op->results[0], true) &&
                              fits_in_fragments(l, op->results[0]->type);
                 op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : frags ? "fragments" : "scratch"));
-                const Type *rt = op->results[0]->type;
-                if (!shared)
-                    set_shared_layout(l, op, rt, l->gen == SM90);   /* sm_80: padded (sm80_swizzles) */
+                if (!shared)   /* sm_80's scratch stays padded (sm80_swizzles) */
+                    set_shared_layout(l, op, op->results[0]->type, l->gen == SM90);
             }
             break;
         case OP_TRANS: {   /* a computed tile's transpose read by dots (the backward's dSᵀ): via shared memory */
