@@ -432,6 +432,17 @@ def mlp_cases(rep, kit, tmp, quick):
                 rnd(FF, DIM, scale=FF ** -0.5)
             check("swiglu_mlp tile(128, 192, 64) warps(8)", mod, "swiglu", [x, wg, wu, wd], [(T, DIM)],
                   lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
+    # odd widths: output pairs (columns 2t, 2t + 1) that start at an odd
+    # element or end past the row, so the 16-bit stores' run-time fallback
+    # (lower.c store_pair) writes them, not the 32-bit store
+    DIM, FF = 131, 77
+    src = shrink_consts(open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read(), {"DIM": DIM, "FF": FF})
+    mod = compile_src(kit, tmp, "swiglu_odd", src)
+    for T in (1, 17, 130):
+        x, wg, wu, wd = rnd(T, DIM), rnd(DIM, FF, scale=DIM ** -0.5), rnd(DIM, FF, scale=DIM ** -0.5), \
+            rnd(FF, DIM, scale=FF ** -0.5)
+        check("swiglu_mlp odd widths", mod, "swiglu", [x, wg, wu, wd], [(T, DIM)],
+              lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
     HID, FF = 256, 384
     src = shrink_consts(open(os.path.join(ROOT, "examples", "geglu_bias_mlp.attn")).read(), {"HIDDEN": HID, "FF": FF})
     geglu_acc = "f16" if F16ACC else "f32"   # the example is FP16-ACC; bf16 accumulates in f32

@@ -126,19 +126,21 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
 }
 
 /* O·α, the online softmax's rescale of the accumulator by a row vector
- * in a key loop of a softmax-overlap launch: when no row of the warp moved its
- * max (every α is 1: in almost every key tile, as online-softmax moves the
- * max lazily), the product is O itself, so a warp-uniform branch skips the
- * multiplies (64 FMUL a key tile at head dim 128). Same values either way.
- * (On sm_80, without the overlap, the branch cost more than it saved:
- * doc/codegen.md.) */
+ * in a key loop: when no row of the warp moved its max (every α is 1: in
+ * almost every key tile, as online-softmax moves the max lazily), the
+ * product is O itself, so a warp-uniform branch skips the multiplies (64
+ * FMUL a key tile at head dim 128 on sm_90a, 128 on sm_80). Same values
+ * either way. Where is the target's call (may_skip_unit_scale): sm_90a in
+ * softmax-overlap launches, sm_80 except where P·V is at the register limit
+ * (doc/codegen.md). */
 static bool skips_unit_scale(Cg *cg, const Op *op) {
-    if (!cg->lazy_dots || op->kind != OP_MUL)
+    if (op->kind != OP_MUL || !cg->target->may_skip_unit_scale)
         return false;
     const Value *x = op->operands[0], *a = op->operands[1];
     return op->parent != cg->top && x->type->kind == TY_TILE && a->type->kind == TY_TILE &&
            a->type->rank == 2 && a->type->dims[1].size == 1 && x->type->dims[1].size > 1 &&
-           x->type->elem == op->results[0]->type->elem && x->type->elem == SK_F32;
+           x->type->elem == op->results[0]->type->elem && x->type->elem == SK_F32 &&
+           cg->target->may_skip_unit_scale(cg, op);
 }
 
 static void scale_unless_unit(Cg *cg, const Op *op, Dist **ops, const ScalarKind *ks, Dist *r, const Pos *ps, int n) {
@@ -247,8 +249,6 @@ LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *in
     return off;
 }
 
-/* Loads one element at off if inside, else gives fill (no branch: the address
- * is clamped to element 0). */
 /* The memref offset of position p of a rows×cols tile at the op's indices
  * (operands from `first`), and whether it is inside the memref. */
 static LLVMValueRef tile_offset(Cg *cg, const Op *op, const Mem *m, int first, Pos p, int64_t rows, int64_t cols,
@@ -259,13 +259,38 @@ static LLVMValueRef tile_offset(Cg *cg, const Op *op, const Mem *m, int first, P
     return mem_offset(cg, m, co, inside);
 }
 
+/* Loads one element at off if inside, else gives fill (no branch: the address
+ * is clamped to element 0). */
 static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMValueRef inside, LLVMValueRef fill) {
     LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
     LLVMValueRef v = load_elem(cg, m->elem, gep(cg, m->elem, m->ptr, safe));
     return LLVMBuildSelect(cg->b, inside, v, fill, "");
 }
 
+/* Whether a tile's columns run along m's innermost dim with stride 1: then
+ * the element right of (r, c) is the next one in memory. */
+static bool columns_contiguous(const Op *op, const Mem *m) {
+    Attr *dims = op_attr(op, "dims");
+    LLVMValueRef s = m->strides[m->rank - 1];
+    return dims->n >= 2 && dims->elems[1]->i == m->rank - 1 && LLVMIsAConstantInt(s) &&
+           LLVMConstIntGetSExtValue(s) == 1;
+}
 
+/* Whether positions k, k + 1 of a 16-bit tile in the accumulator layout are
+ * a pair of adjacent elements in memory (store_pair). Loads stay 16-bit:
+ * ptxas hoists 32-bit ones above a whole epilogue's stores (SwiGLU's down
+ * projection with its residual spilled) where it interleaves these. */
+static bool pair_at(const Cg *cg, const Op *op, const Mem *m, const Pos *ps, int k, int n) {
+    return cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pos_pair(ps, k, n) &&
+           columns_contiguous(op, m);
+}
+
+/* Every memref starts 16-byte aligned (libattnrt's checks, smem_alloc): a
+ * pair of 16-bit elements is 4-byte aligned when its element offset is even,
+ * which LLVM can often prove from the offset's known bits. */
+static LLVMValueRef pair_aligned(Cg *cg, LLVMValueRef off0) {
+    return LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, off0, ci64(cg, 1), ""), ci64(cg, 0), "");
+}
 
 static void emit_load(Cg *cg, const Op *op) {
     Mem *m = as_mem(cg, op, op->operands[0]);
@@ -321,29 +346,36 @@ static void emit_load(Cg *cg, const Op *op) {
     cv_put(cg, op->results[0], cv_dist(cg, d));
 }
 
-/* Two 16-bit elements of a thread (positions p, q): one 32-bit store when
- * both are inside, adjacent in memory (q right after p) and 4-byte aligned,
- * which the accumulator layouts make the rule (columns 2t, 2t + 1); else
- * each on its own. Checked at run time, so any memref is right. */
+/* Positions p, q (pair_at) of a 16-bit tile.store: one 32-bit store where
+ * both are inside and the pair is aligned, else each element on its own.
+ * Where LLVM proves the pair aligned and q inside whenever p is, only the
+ * 32-bit store is left. */
 static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int64_t rows, int64_t cols,
                        LLVMValueRef own) {
     LLVMValueRef in0, in1;
     LLVMValueRef off0 = tile_offset(cg, op, m, 2, p, rows, cols, &in0);
-    LLVMValueRef off1 = tile_offset(cg, op, m, 2, q, rows, cols, &in1);
+    tile_offset(cg, op, m, 2, q, rows, cols, &in1);
+    LLVMValueRef off1 = add(cg, off0, ci64(cg, 1));
     LLVMValueRef v0 = cg_cast(cg, dist_get(cg, d, p), d->elem, m->elem);
     LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, q), d->elem, m->elem);
     LLVMValueRef a0 = gep(cg, m->elem, m->ptr, off0), a1 = gep(cg, m->elem, m->ptr, off1);
-    LLVMValueRef aligned = LLVMBuildICmp(cg->b, LLVMIntEQ,
-                                         LLVMBuildAnd(cg->b, LLVMBuildPtrToInt(cg->b, a0, cg->i64, ""), ci64(cg, 3), ""),
-                                         ci64(cg, 0), "");
-    LLVMValueRef next = LLVMBuildICmp(cg->b, LLVMIntEQ, off1, add(cg, off0, ci64(cg, 1)), "");
     LLVMValueRef both = LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, in0, in1, ""), own, "");
-    LLVMValueRef fast = LLVMBuildAnd(cg->b, both, LLVMBuildAnd(cg->b, aligned, next, ""), "");
-    LLVMBasicBlockRef join = if_begin(cg, fast);
-    store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v0, v1), cg->i32, ""), a0);
-    if_end(cg, join);
+    LLVMValueRef fast = LLVMBuildAnd(cg->b, both, pair_aligned(cg, off0), "");
+    LLVMValueRef word = LLVMBuildBitCast(cg->b, pack2(cg, v0, v1), cg->i32, "");
+    if (m->shared) {
+        LLVMBasicBlockRef join = if_begin(cg, fast);
+        store_elem(cg, SK_I32, word, a0);
+        if_end(cg, join);
+    } else {
+        /* a predicated store, not a branch: LLVM would sink the pair's
+         * arithmetic into the branch, keeping the whole accumulator alive
+         * through the loads ptxas hoists above all stores (a residual's) */
+        LLVMValueRef args[3] = {LLVMBuildPtrToInt(cg->b, a0, cg->i64, ""), word, LLVMBuildZExt(cg->b, fast, cg->i32, "")};
+        cg_asm(cg, "{\n.reg .pred p;\nsetp.ne.b32 p, $2, 0;\n@p st.global.b32 [$0], $1;\n}", "l,r,r,~{memory}",
+               LLVMVoidTypeInContext(cg->ctx), args, 3);
+    }
     LLVMValueRef slow = LLVMBuildAnd(cg->b, LLVMBuildNot(cg->b, fast, ""), own, "");
-    join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in0, ""));
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in0, ""));
     store_elem(cg, m->elem, v0, a0);
     if_end(cg, join);
     join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in1, ""));
@@ -377,7 +409,7 @@ static void emit_store(Cg *cg, const Op *op) {
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
-        if (!atomic && cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pos_pair(ps, k, n)) {
+        if (!atomic && pair_at(cg, op, m, ps, k, n)) {
             store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
             k++;
             continue;

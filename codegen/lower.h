@@ -186,6 +186,10 @@ typedef struct CgTarget {
     bool pair_stores;
     /* a GEMM's warps may form a grid over rows and columns (nv.warp_cols) */
     bool warp_grid;
+    /* whether the online softmax's rescale mul (O·α: an f32 tile by a row
+     * vector, in a key loop) may go behind a warp vote that skips it when
+     * every α is 1 (lower.c, skips_unit_scale); NULL: never */
+    bool (*may_skip_unit_scale)(const Cg *cg, const Op *mul);
 } CgTarget;
 
 extern const CgTarget sm70_target, sm80_target, sm90a_target;

@@ -355,6 +355,13 @@ static void drain(Cg *cg) {
     tma_store_wait(cg);
 }
 
+/* O·α behind a warp vote in a softmax-overlap launch (its dots in flight),
+ * where it was measured (+2.6 %, doc/codegen.md); not measured elsewhere. */
+static bool may_skip_unit_scale(const Cg *cg, const Op *mul) {
+    (void)mul;
+    return cg->lazy_dots;
+}
+
 const CgTarget sm90a_target = {
     .name = "sm_90a",
     .acc_layout = mma16_acc_layout,
@@ -367,4 +374,5 @@ const CgTarget sm90a_target = {
     .async_proxy = true,
     .smem_align = 1024,
     .pair_stores = true,
+    .may_skip_unit_scale = may_skip_unit_scale,
 };
