@@ -122,6 +122,24 @@ committed:
     cv_put(cg, op->results[0], c);
 }
 
+/* Whether another tile.wait comes after op before any code reads shared
+ * memory: the views of shared tiles and a dot that waits for its partner
+ * (lower.c dot_sharing_a: SwiGLU's gate and up products wait for both B
+ * operands before either is emitted) emit none. That wait's barrier then
+ * makes both copies visible, one barrier instead of two back to back. */
+static bool wait_follows(const Cg *cg, const Op *op) {
+    for (const Op *x = op->next; x; x = x->next) {
+        if (x->kind == OP_WAIT)
+            return true;
+        if (x->kind == OP_LOAD && op_attr(x, "nv.operand") && x->operands[0]->type->space == AS_SHARED)
+            continue;
+        if (x->kind == OP_DOT && x->parent != cg->top && dot_sharing_a(x))
+            continue;
+        return false;
+    }
+    return false;
+}
+
 void cp_async_wait(Cg *cg, const Op *op) {
     if (!wait_token(cg, op))
         return;
@@ -133,7 +151,8 @@ void cp_async_wait(Cg *cg, const Op *op) {
     LLVMValueRef younger = ci32(cg, pending->i);   /* the younger groups that may stay in flight */
     cg_call(cg, "llvm.nvvm.cp.async.wait.group", LLVMVoidTypeInContext(cg->ctx), &younger, 1);
     proxy_fence(cg);   /* cp.async writes through the generic proxy; wgmma reads through the async one */
-    cg_barrier(cg);
+    if (!(cg->target->dot_pair && wait_follows(cg, op)))
+        cg_barrier(cg);
 }
 
 void cp_async_drain(Cg *cg) {

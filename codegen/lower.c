@@ -982,7 +982,7 @@ static struct InFlight *in_flight(Cg *cg, const Op *op) {
  * SwiGLU's x @ wg and x @ wu. The target emits the two together, at the
  * second, so each A fragment is read once for both: the waits and loads in
  * between are emitted first, which moves nothing that d1 reads or writes. */
-static const Op *dot_sharing_a(const Op *d1) {
+const Op *dot_sharing_a(const Op *d1) {
     for (const Op *x = d1->next; x; x = x->next) {
         if (x->kind == OP_DOT)
             return x->operands[0] == d1->operands[0] && x->operands[2] != d1->results[0] ? x : NULL;

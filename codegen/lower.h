@@ -316,6 +316,8 @@ static inline LLVMValueRef lane_test(Cg *cg, int mask) {  /* (lane & mask) != 0 
 }
 LLVMValueRef shfl_xor(Cg *cg, LLVMValueRef v, int mask);
 LLVMValueRef gep(Cg *cg, ScalarKind k, LLVMValueRef ptr, LLVMValueRef off);
+/* the dot after d1 that shares its A operand, emitted with it (lower.c) */
+const Op *dot_sharing_a(const Op *d1);
 LLVMValueRef load_elem(Cg *cg, ScalarKind k, LLVMValueRef ptr);
 void store_elem(Cg *cg, ScalarKind k, LLVMValueRef v, LLVMValueRef ptr);
 LLVMBasicBlockRef if_begin(Cg *cg, LLVMValueRef cond);
