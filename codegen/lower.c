@@ -276,13 +276,13 @@ static bool columns_contiguous(const Op *op, const Mem *m) {
            LLVMConstIntGetSExtValue(s) == 1;
 }
 
-/* Whether positions k, k + 1 of a 16-bit tile in the accumulator layout are
- * a pair of adjacent elements in memory (store_pair). Loads stay 16-bit:
- * ptxas hoists 32-bit ones above a whole epilogue's stores (SwiGLU's down
- * projection with its residual spilled) where it interleaves these. */
-static bool pair_at(const Cg *cg, const Op *op, const Mem *m, const Pos *ps, int k, int n) {
-    return cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && pos_pair(ps, k, n) &&
-           columns_contiguous(op, m);
+/* Whether a 16-bit tile in the accumulator layout is stored two elements
+ * at a time (store_pair): its pairs (pos_pair) adjacent in memory. Loads
+ * stay 16-bit: ptxas hoists 32-bit ones above a whole epilogue's stores
+ * (SwiGLU's down projection with its residual spilled) where it
+ * interleaves these. */
+static bool stores_pairs(const Cg *cg, const Op *op, const Mem *m) {
+    return cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && columns_contiguous(op, m);
 }
 
 /* Every memref starts 16-byte aligned (libattnrt's checks, smem_alloc): a
@@ -346,7 +346,7 @@ static void emit_load(Cg *cg, const Op *op) {
     cv_put(cg, op->results[0], cv_dist(cg, d));
 }
 
-/* Positions p, q (pair_at) of a 16-bit tile.store: one 32-bit store where
+/* Positions p, q (pos_pair, stores_pairs) of a 16-bit tile.store: one 32-bit store where
  * both are inside and the pair is aligned, else each element on its own.
  * Where LLVM proves the pair aligned and q inside whenever p is, only the
  * 32-bit store is left. */
@@ -406,10 +406,11 @@ static void emit_store(Cg *cg, const Op *op) {
         return;
     }
     LLVMValueRef own = tile_owner(cg, rows, cols);
+    bool pairs = !atomic && stores_pairs(cg, op, m);
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     for (int k = 0; k < n; k++) {
-        if (!atomic && pair_at(cg, op, m, ps, k, n)) {
+        if (pairs && pos_pair(ps, k, n)) {
             store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
             k++;
             continue;

@@ -346,13 +346,15 @@ static const Op *row_sum_of_p(const Op *dot) {
     return sum;
 }
 
-/* A P·V at the register limit: P in registers with its row sum taken, f32
- * scores and output over 160 a thread (head dim 128 with 64 keys).
- * emit_dots orders it so that ptxas does not spill (below). */
-static bool pv_at_register_limit(const Op *dot) {
+/* For a P·V at the register limit, P's row sum; else NULL. At the limit:
+ * P in registers with its row sum taken, f32 scores and output over 160 a
+ * thread (head dim 128 with 64 keys). emit_dots orders such a P·V so that
+ * ptxas does not spill (below). */
+static const Op *row_sum_at_register_limit(const Op *dot) {
     Attr *a = op_attr(dot, "nv.a");
-    return a && strcmp(a->s, "registers") == 0 && dot->results[0]->type->elem == SK_F32 &&
-           dot->operands[0]->type->dims[1].size + dot->results[0]->type->dims[1].size > 160 && row_sum_of_p(dot);
+    bool limit = a && strcmp(a->s, "registers") == 0 && dot->results[0]->type->elem == SK_F32 &&
+                 dot->operands[0]->type->dims[1].size + dot->results[0]->type->dims[1].size > 160;
+    return limit ? row_sum_of_p(dot) : NULL;
 }
 
 /* O·α behind a warp vote (lower.c, skips_unit_scale) where the product is
@@ -362,7 +364,7 @@ static bool may_skip_unit_scale(const Cg *cg, const Op *mul) {
     (void)cg;
     for (const Op *o = mul->next; o; o = o->next)
         if (o->kind == OP_DOT && o->noperands > 2 && o->operands[2] == mul->results[0])
-            return !pv_at_register_limit(o);
+            return !row_sum_at_register_limit(o);
     return false;
 }
 
@@ -428,7 +430,7 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
      * to the row sums, V by column block (emit_dot_by_columns). Elsewhere
      * those measured 5-7 % slower (head dim 64, bench/RESULTS.md session
      * 17): there P is packed k-step by k-step, as the MMAs take it. */
-    const Op *sum = p && pv_at_register_limit(op) ? row_sum_of_p(op) : NULL;
+    const Op *sum = p ? row_sum_at_register_limit(op) : NULL;
     bool tight = sum != NULL;
     LLVMValueRef *pfr = NULL;   /* P's A fragments, [ks][a][j] */
     if (p) {
