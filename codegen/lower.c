@@ -130,7 +130,7 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
  * almost every key tile, as online-softmax moves the max lazily), the
  * product is O itself, so a warp-uniform branch skips the multiplies (64
  * FMUL a key tile at head dim 128 on sm_90a, 128 on sm_80). Same values
- * either way. Where is the target's call (may_skip_unit_scale): sm_90a in
+ * either way. The target decides where (may_skip_unit_scale): sm_90a in
  * softmax-overlap launches, sm_80 except where P·V is at the register limit
  * (doc/codegen.md). */
 static bool skips_unit_scale(Cg *cg, const Op *op) {
@@ -346,10 +346,10 @@ static void emit_load(Cg *cg, const Op *op) {
     cv_put(cg, op->results[0], cv_dist(cg, d));
 }
 
-/* Positions p, q (pos_pair, stores_pairs) of a 16-bit tile.store: one 32-bit store where
- * both are inside and the pair is aligned, else each element on its own.
- * Where LLVM proves the pair aligned and q inside whenever p is, only the
- * 32-bit store is left. */
+/* Positions p, q (pos_pair, stores_pairs) of a 16-bit tile.store: one
+ * 32-bit store where both are inside and the pair is aligned, else each
+ * element on its own. Where LLVM proves the pair aligned and q inside
+ * whenever p is, only the 32-bit store is left. */
 static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int64_t rows, int64_t cols,
                        LLVMValueRef own) {
     LLVMValueRef in0, in1;
