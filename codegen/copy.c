@@ -66,9 +66,14 @@ void cp_async_copy(Cg *cg, const Op *op) {
     }
     /* The stage written now was read in the previous iteration: every warp
      * must be done with it. The double-buffer pass issues a loop's copies
-     * right after a tile.wait, whose barrier does; elsewhere, one barrier for
-     * a run of copies. */
-    if (!op->prev || (op->prev->kind != OP_COPY_ASYNC && op->prev->kind != OP_WAIT))
+     * right after a tile.wait, whose barrier does (the index arithmetic
+     * between them, such as the last segment's clamp of the index, touches
+     * no memory); elsewhere, one barrier for a run of copies. */
+    const Op *before = op->prev;
+    while (before && before->kind != OP_LOAD && (op_info[before->kind].flags & OPF_PURE) && before->nresults == 1 &&
+           before->results[0]->type->kind == TY_SCALAR)
+        before = before->prev;
+    if (!before || (before->kind != OP_COPY_ASYNC && before->kind != OP_WAIT))
         cg_barrier(cg);
     Attr *dims = op_attr(op, "dims");
     Token *t = NEW(cg->a, Token);
@@ -148,6 +153,11 @@ void cp_async_wait(Cg *cg, const Op *op) {
         cg_err(cg, op, "internal error: tile.wait has no nv.pending (run %s)", cg->info->lowering);
         return;
     }
+    /* a wait right before one that leaves no more groups in flight is
+     * implied by it (a GEMM's K loop waits for all its tiles at the top) */
+    Attr *then = op->next && op->next->kind == OP_WAIT ? op_attr(op->next, "nv.pending") : NULL;
+    if (then && then->kind == AT_INT && then->i <= pending->i)
+        return;
     LLVMValueRef younger = ci32(cg, pending->i);   /* the younger groups that may stay in flight */
     cg_call(cg, "llvm.nvvm.cp.async.wait.group", LLVMVoidTypeInContext(cg->ctx), &younger, 1);
     proxy_fence(cg);   /* cp.async writes through the generic proxy; wgmma reads through the async one */

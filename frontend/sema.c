@@ -1399,6 +1399,13 @@ static void lower_schedule(Sema *s, const Item *it) {
             want = 1; lo = 1; hi = 8; multiple = 1;
         } else if (strcmp(dr->name, "warps") == 0) {
             want = 1; lo = 1; hi = 16; multiple = 1;
+        } else if (strcmp(dr->name, "group") == 0) {   /* GEMM programs in groups of N row tiles */
+            want = 1; lo = 1; hi = 64; multiple = 1;
+            if (!mlp) {
+                diag_error(s->d, s->src, dr->loc, "'group' is a schedule directive of mlp blocks (the order "
+                           "in which a GEMM's output tiles start)");
+                continue;
+            }
         } else if (strcmp(dr->name, "deterministic") == 0) {   /* the backward's dQ without atomics */
             want = 0; lo = 0; hi = 0; multiple = 1;
             if (mlp) {
@@ -1419,7 +1426,7 @@ static void lower_schedule(Sema *s, const Item *it) {
             }
         } else {
             diag_error(s->d, s->src, dr->loc, "unknown schedule directive '%s'", dr->name);
-            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, producer, pingpong, overlap, persistent and deterministic");
+            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, group, producer, pingpong, overlap, persistent and deterministic");
             continue;
         }
         if (attrs_get(sched->entries, sched->n, dr->name)) {

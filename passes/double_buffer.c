@@ -179,7 +179,20 @@ static bool same_loads(const PtrVec *a, const Value *aiv, const PtrVec *b, const
     return true;
 }
 
-static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool chains) {
+/* Whether a loop body only loads tiles and multiplies them: loads, dots,
+ * waits and index arithmetic (a GEMM's K loop). */
+static bool only_products(const Block *body) {
+    for_each_op(op, body) {
+        bool index_math = (op_info[op->kind].flags & OPF_PURE) && op->nresults == 1 &&
+                          op->results[0]->type->kind == TY_SCALAR;
+        if (op->kind != OP_LOAD && op->kind != OP_DOT && op->kind != OP_WAIT && op->kind != OP_TILE_YIELD &&
+            !index_math)
+            return false;
+    }
+    return true;
+}
+
+static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool async) {
     Block *body = loop->regions[0].blocks[0];
     Value *iv = body->args[0];
     PtrVec loads = {0};
@@ -199,10 +212,10 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * (a bubble of one load per segment, a tenth of a short causal row).
      * Its stages keep counting from the chain's start. Only where copies in
      * flight hold no registers (target.h async_copies). */
-    bool continues = chains && chain->loop && chain->ub == lb && same_value(chain->step, step) &&
+    bool continues = async && chain->loop && chain->ub == lb && same_value(chain->step, step) &&
                      same_loads(&chain->loads, chain->loop->regions[0].blocks[0]->args[0], &loads, iv);
     if (!continues)
-        end_chain(ctx, chain, chains);
+        end_chain(ctx, chain, async);
     Op *before_prologue = loop->prev;
     Value **bufs = NEW_ARRAY(a, Value *, n);
     Value **toks = NEW_ARRAY(a, Value *, n * (S - 1));
@@ -279,8 +292,26 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         replace_all_uses(nl, ld->results[0], nv);
         op_unlink(ld);
     }
+    /* In a loop that only multiplies tiles (a GEMM's K loop) all of its
+     * waits move up to the first: the tiles of an iteration were issued
+     * together and land together, and one barrier a K step then makes them
+     * all visible, where a wait before each product took one barrier each
+     * (CUTLASS's multistage loop waits once a K step too). Not where other
+     * work comes between the products, as the softmax between attention's
+     * Q·Kᵀ and P·V, which a later wait overlaps with V's copy. Only with
+     * asynchronous copies: sm_70's waits store its prefetched registers. */
+    Op *last_wait = first_wait;
+    if (async && first_wait && only_products(body))
+        for (Op *op = first_wait->next, *next; op; op = next) {
+            next = op->next;
+            if (op->kind != OP_WAIT)
+                continue;
+            op_unlink(op);
+            op_insert_before(last_wait->next, op);
+            last_wait = op;
+        }
     /* (without waits, the broken twin: where the top's index math ends) */
-    Builder issue = {a, NULL, first_wait ? first_wait->next : ahead->def->next, loop->loc};
+    Builder issue = {a, NULL, last_wait ? last_wait->next : ahead->def->next, loop->loc};
     Value **fresh = NEW_ARRAY(a, Value *, n);
     for (int c = 0; c < n; c++)
         fresh[c] = copy(&issue, loads.items[c], bufs[c], next_stage, iv, ahead);

@@ -42,6 +42,8 @@ const Target targets[] = {
         .name = "sm_70", .family = "Volta", .summary = "Volta: mma.sync.m8n8k4, register prefetch",
         .ptx_features = "+ptx64", .codegen = true, .bf16 = false,
         .smem_limit = 96 * 1024,
+        /* GEMM programs row tile by row tile (gemm_group 0): the grouped
+         * order was measured on the H200 only, and a V100's L2 is 6 MB */
         .attn_tile = {64, 64}, .gemm_tile = {64, 64, 32}, .stages = 2,
         /* tiles live in registers: 2 rows of 4096 are 64 values per thread */
         .row_block = 2,
@@ -55,6 +57,10 @@ const Target targets[] = {
         .short_shared = true, .async_copies = true,
         .smem_limit = 163 * 1024,
         .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2,
+        /* GEMM programs in groups of 8 row tiles (Triton's GROUP_M): the
+         * weights are read from DRAM once a group, not once a row tile
+         * (bench/RESULTS.md, session 19) */
+        .gemm_group = 8,
         /* head dim 128: 32 key rows, so that 4 warps of 32 rows
          * (FlashAttention-2's) hold O and the scores without spilling in
          * the key loop (sm80-layout); at head dim 128 0.85 -> 0.92x
@@ -92,7 +98,7 @@ const Target targets[] = {
          * +0.3 to +4.8 %, f16 and bf16) and 64 x 64 only at N 512 (+9 %) */
         .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 512, .band_only = true},
                        {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
-        .gemm_tile = {128, 128, 64}, .stages = 2,
+        .gemm_tile = {128, 128, 64}, .gemm_group = 8, .stages = 2,
         .row_block = 2,
         .pipeline = sm90a_pipeline, .lowering = "sm90a-layout",
     },

@@ -48,6 +48,8 @@ typedef struct Target {
     int64_t attn_tile_d128_band[2];
     AttnShortTile attn_short[2];   /* the first whose max_d the head dim does not pass */
     int64_t gemm_tile[3];          /* M x N x K */
+    int64_t gemm_group;            /* GEMM programs start in groups of this many row tiles (tiling.c
+                                      gemm_tile_of; 0 or 1: row tile by row tile) */
     int64_t stages;                /* K/V (or A/B) stages of the double-buffering pass */
     int64_t row_block;             /* rows per program of a row kernel */
     const char *const *pipeline;   /* pass names, target lowering last */
