@@ -192,7 +192,8 @@ static bool only_products(const Block *body) {
     return true;
 }
 
-static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool async) {
+static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool async,
+                          bool waits_together) {
     Block *body = loop->regions[0].blocks[0];
     Value *iv = body->args[0];
     PtrVec loads = {0};
@@ -298,10 +299,12 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * all visible, where a wait before each product took one barrier each
      * (CUTLASS's multistage loop waits once a K step too). Not where other
      * work comes between the products, as the softmax between attention's
-     * Q·Kᵀ and P·V, which a later wait overlaps with V's copy. Only with
-     * asynchronous copies: sm_70's waits store its prefetched registers. */
+     * Q·Kᵀ and P·V, which a later wait overlaps with V's copy. Only where
+     * waits end in barriers (target.h gemm_waits_together: cp.async; sm_70's
+     * waits store its prefetched registers, sm_90a's TMA waits are
+     * mbarriers, and its MLP ran 4-5 % slower so, bench/RESULTS.md session 19). */
     Op *last_wait = first_wait;
-    if (async && first_wait && only_products(body))
+    if (waits_together && first_wait && only_products(body))
         for (Op *op = first_wait->next, *next; op; op = next) {
             next = op->next;
             if (op->kind != OP_WAIT)
@@ -366,7 +369,8 @@ static bool run(Op *module, PassContext *ctx, Mistake mistake) {
             for (Op *op = body->first, *next; op; op = next) {
                 next = op->next;
                 if (op->kind == OP_FOR)
-                    pipeline_loop(ctx, op, S, mistake, &chain, target && target->async_copies);
+                    pipeline_loop(ctx, op, S, mistake, &chain, target && target->async_copies,
+                                  target && target->gemm_waits_together);
             }
             end_chain(ctx, &chain, target && target->async_copies);
         }

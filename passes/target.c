@@ -54,7 +54,7 @@ const Target targets[] = {
         .ptx_features = "+ptx70", .codegen = true, .bf16 = true,
         /* a fragment or stage address in one register, not two (nvcc's
          * choice too); on sm_70 it measured more registers (ptxas), so not */
-        .short_shared = true, .async_copies = true,
+        .short_shared = true, .async_copies = true, .gemm_waits_together = true,
         .smem_limit = 163 * 1024,
         .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2,
         /* GEMM programs in groups of 8 row tiles (Triton's GROUP_M): the

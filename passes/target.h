@@ -33,6 +33,11 @@ typedef struct Target {
     bool short_shared;             /* 32-bit shared-memory addresses (LLVM's -nvptx-short-ptr) */
     bool async_copies;             /* copies in flight hold no registers (cp.async, TMA): the
                                       double-buffer pass runs them on across loop segments */
+    /* a GEMM K loop's waits all go to its top (double-buffer): where each
+     * wait ends in a block barrier (cp.async), one barrier a K step instead
+     * of one per product; not under mbarrier waits (sm_90a's TMA), where
+     * the first product may start before the second's tile lands */
+    bool gemm_waits_together;
     int64_t smem_limit;            /* bytes of shared memory a block may opt in to */
     int64_t attn_tile[2];          /* query rows x key rows */
     /* attention tiles at head dims up to 64 ({0, 0}: attn_tile), where the

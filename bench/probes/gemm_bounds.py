@@ -11,11 +11,9 @@ the tile: 128 × 256 f32 accumulators are half of an SM's registers.
     python3 bench/probes/gemm_bounds.py --out OUT [--tile 128 128]
 """
 import argparse
-import os
 import re
-import subprocess
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from probe import run_probe
 
 
 def flops_per_byte(bm, bn, n):
@@ -28,12 +26,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tile", type=int, nargs=2, default=[128, 128], metavar=("BM", "BN"))
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    exe = os.path.join(args.out, "l2_bandwidth")
-    subprocess.run(["/usr/local/cuda/bin/nvcc", "-O3", "-arch=sm_90", "-o", exe,
-                    os.path.join(HERE, "l2_bandwidth.cu")], check=True)
-    probe = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
-    print(probe, end="")
+    probe = run_probe("l2_bandwidth", args.out)
     l2 = max(float(x) for x in re.findall(r"l2 best ([0-9.]+)", probe))
     bm, bn = args.tile
     # SwiGLU: the gate/up kernel does 2/3 of the flops (two products sharing

@@ -10,26 +10,18 @@ cuBLAS-based peer, such as the MLP blocks against torch.compile
     python3 bench/probes/mma_ceiling.py --out OUT
 """
 import argparse
-import os
 import re
-import subprocess
 
 import torch
 import triton.testing
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from probe import run_probe
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    exe = os.path.join(args.out, "mma_sync_peak")
-    subprocess.run(["/usr/local/cuda/bin/nvcc", "-O3", "-arch=sm_90", "-o", exe,
-                    os.path.join(HERE, "mma_sync_peak.cu")], check=True)
-    probe = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
-    print(probe, end="")
+    probe = run_probe("mma_sync_peak", args.out)
     peak = float(re.search(r"peak ([0-9.]+)", probe).group(1))
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.float16)
