@@ -275,9 +275,10 @@ def report(args):
             if big:
                 v = [r["attnc"] / top for r in big]
                 lines.append(f"\nattnc {dt} head dim 128, N >= 8k: {min(v):.3f} … {max(v):.3f} of cuBLAS at the start")
-                w = [r["attnc"] / r["cublas_adjacent"] for r in big if "cublas_adjacent" in r]
-                if w:
-                    c = [r["cublas_adjacent"] for r in big if "cublas_adjacent" in r]
+                adj = [r for r in big if "cublas_adjacent" in r]
+                if adj:
+                    w = [r["attnc"] / r["cublas_adjacent"] for r in adj]
+                    c = [r["cublas_adjacent"] for r in adj]
                     lines.append(f"attnc {dt} head dim 128, N >= 8k: {min(w):.3f} … {max(w):.3f} of cuBLAS measured "
                                  f"right after each row ({min(c):.0f} … {max(c):.0f} TFLOP/s)")
     m = [r for r in rows if r["what"] == "mlp"]

@@ -70,8 +70,7 @@ void cp_async_copy(Cg *cg, const Op *op) {
      * between them, such as the last segment's clamp of the index, touches
      * no memory); elsewhere, one barrier for a run of copies. */
     const Op *before = op->prev;
-    while (before && before->kind != OP_LOAD && (op_info[before->kind].flags & OPF_PURE) && before->nresults == 1 &&
-           before->results[0]->type->kind == TY_SCALAR)
+    while (before && op_is_scalar_math(before))
         before = before->prev;
     if (!before || (before->kind != OP_COPY_ASYNC && before->kind != OP_WAIT))
         cg_barrier(cg);

@@ -323,6 +323,11 @@ Op *module_create(Arena *a) {
     return m;
 }
 
+bool op_is_scalar_math(const Op *op) {
+    return op->kind != OP_LOAD && (op_info[op->kind].flags & OPF_PURE) && op->nresults == 1 &&
+           op->results[0]->type->kind == TY_SCALAR;
+}
+
 /* ---- rewriting ----------------------------------------------------------- */
 
 void op_unlink(Op *op) {

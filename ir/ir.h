@@ -163,6 +163,9 @@ Op *op_create(Arena *a, OpKind kind, int noperands, Value **operands, int nresul
               Type **result_types, int nregions);
 void op_set_attr(Arena *a, Op *op, const char *name, Attr *value);
 Attr *op_attr(const Op *op, const char *name);
+/* Whether op computes one scalar from its operands alone, touching no memory
+ * (index arithmetic, constants): code may move across it. */
+bool op_is_scalar_math(const Op *op);
 Block *region_add_block(Arena *a, Region *r);
 Value *block_add_arg(Arena *a, Block *b, Type *type, const char *name);
 void block_append(Block *b, Op *op);

@@ -182,13 +182,10 @@ static bool same_loads(const PtrVec *a, const Value *aiv, const PtrVec *b, const
 /* Whether a loop body only loads tiles and multiplies them: loads, dots,
  * waits and index arithmetic (a GEMM's K loop). */
 static bool only_products(const Block *body) {
-    for_each_op(op, body) {
-        bool index_math = (op_info[op->kind].flags & OPF_PURE) && op->nresults == 1 &&
-                          op->results[0]->type->kind == TY_SCALAR;
+    for_each_op(op, body)
         if (op->kind != OP_LOAD && op->kind != OP_DOT && op->kind != OP_WAIT && op->kind != OP_TILE_YIELD &&
-            !index_math)
+            !op_is_scalar_math(op))
             return false;
-    }
     return true;
 }
 

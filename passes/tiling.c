@@ -280,22 +280,24 @@ static int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN
 
 /* ---- fused_gemm ---------------------------------------------------------------- */
 
-/* The output tile (row tile *mt, column tile *nt) of program (px, py) in a
- * grid of gx column tiles by gy row tiles. The GPU starts programs x first;
- * taken plainly, the programs running at once share one row tile of A and
+/* The output tile (row tile *mt, column tile *nt) of program (px, py) of a
+ * GEMM whose result rt is cut into BM x BN tiles. The GPU starts programs x
+ * first; taken plainly, the programs running at once share one row tile of A and
  * read every column tile of the weights, which then come from DRAM again
  * for each row tile when they do not fit in L2 (SwiGLU's 235 MB of gate and
  * up weights: 7.5 GB read at T 4096). In groups of `group` row tiles
  * (Triton's GROUP_M ordering) the programs running at once cover a few
  * column tiles of `group` row tiles, so each weight tile is read from DRAM
  * once a group and A's strip stays in L2. group 1 is the plain order. */
-static void gemm_tile_of(Builder *b, Value *px, Value *py, Value *gx, Value *gy, int64_t group, Value **mt,
-                         Value **nt) {
+static void gemm_tile_of(Builder *b, Value *px, Value *py, const Type *rt, int64_t BM, int64_t BN, int64_t group,
+                         Value **mt, Value **nt) {
     if (group <= 1) {
         *mt = py;
         *nt = px;
         return;
     }
+    /* the grid's sizes again: a launch body sees only its own values */
+    Value *gx = b_ceildiv(b, b_dim(b, rt->dims[1]), BN), *gy = b_ceildiv(b, b_dim(b, rt->dims[0]), BM);
     Value *g = b_index(b, group);
     Value *pid = b_bin(b, OP_ADD, b_bin(b, OP_MUL, py, gx), px);
     Value *per_group = b_bin(b, OP_MUL, gx, g);
@@ -328,9 +330,7 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     Value *A = args[3], *out = args[3 + nin];
     Attr *group = schedule_directive(func, ctx->arch, "group");
     Value *mt, *nt;
-    gemm_tile_of(&b, args[0], args[1], b_ceildiv(&b, b_dim(&b, rt->dims[1]), BN),
-                 b_ceildiv(&b, b_dim(&b, rt->dims[0]), BM), group ? group->i : target_lookup(ctx->arch)->gemm_group,
-                 &mt, &nt);
+    gemm_tile_of(&b, args[0], args[1], rt, BM, BN, group ? group->i : target_lookup(ctx->arch)->gemm_group, &mt, &nt);
     Value *m0 = b_bin(&b, OP_MUL, mt, b_index(&b, BM)), *n0 = b_bin(&b, OP_MUL, nt, b_index(&b, BN));
     Value *zero = b_index(&b, 0);
     Value **init = NEW_ARRAY(b.a, Value *, n);
