@@ -4,12 +4,16 @@
     python3 bench/bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
                            [--schedule "warps(8)" ...] [--compare OTHER_ATTNC] [--only attention|mlp] [--dtype f16|bf16]
                            [--ns 512 1024 ...] [--head-dims 64 128 ...]   (a subset of the rows)
+                           [--rounds 3]
 
 The FlashAttention papers' protocol: batch·seqlen = 16384, heads =
 2048 / head_dim, head dim 64 and 128 (and 256 for sm_90a), N in {512 ...
 16384}, causal and not,
-fp16 and bf16; FLOPs = 4·B·H·N²·D (half when causal); the median of
-triton.testing.do_bench after its warm-up. Peers: torch SDPA's flash
+fp16 and bf16; FLOPs = 4·B·H·N²·D (half when causal). Each row times
+attnc and its peers in --rounds interleaved rounds (3; the order rotates
+each round, and is reversed every other round), each round the median of triton.testing.do_bench over
+100 / rounds ms after its warm-up, and reports the median of the rounds:
+clock drift within a row then falls on every contender alike. Peers: torch SDPA's flash
 (FlashAttention-2) and cuDNN backends and torch.compile(flex_attention)
 (fp16). Every attnc output is also compared with the flash backend's on the
 same inputs (max |diff|, which must stay under 2e-2 for inputs of N(0, 1)).
@@ -32,8 +36,10 @@ DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
 """
 import argparse
 import json
+import contextlib
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,8 +64,36 @@ def log(**kw):
     print(json.dumps(kw), flush=True)
 
 
-def bench_ms(fn):
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+def bench_ms(fn, rep=100):
+    return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+
+def time_rounds(contenders, rounds, row):
+    """contenders: [(column, fn, context)]; each runs once first (a failure
+    goes into row as COLUMN_error and leaves it out), then every round times
+    each of them for 100 / rounds ms, in an order that rotates from round to
+    round. A column's time is the median of its rounds: when the clock
+    drifts within a row (it does, by a few per cent, under sustained load)
+    every contender sees the drift alike, not whichever ran last. Returns
+    {column: ms}."""
+    ok = []
+    for col, fn, ctx in contenders:
+        try:
+            with ctx():
+                fn()
+            ok.append((col, fn, ctx))
+        except Exception as e:   # reported, not hidden
+            row[col + "_error"] = str(e)[:120]
+    times = {col: [] for col, _, _ in ok}
+    for r in range(rounds):
+        k = r % len(ok) if ok else 0
+        order = ok[k:] + ok[:k]
+        if r % 2:   # (reversed too: each runs after a different one each round)
+            order.reverse()
+        for col, fn, ctx in order:
+            with ctx():
+                times[col].append(bench_ms(fn, rep=100 / rounds))
+    return {col: statistics.median(t) for col, t in times.items()}
 
 
 def attention_block(name, D, causal, dt):
@@ -150,34 +184,36 @@ def attention(args, tmp):
                     o = torch.empty_like(q)
                     lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
                     row = dict(what="attention", arch=args.arch, dtype=dtn, D=D, N=N, B=B, H=H, causal=causal)
-                    ms = bench_ms(lambda: mod.run(name, q, k, v, out=[o, lse]))
-                    row["attnc"] = fl / ms / 1e9
-                    if D == 128 and N >= 8192:
-                        # the ceiling again right after the rows it is compared
-                        # with: the GPU holds a lower clock under sustained load
-                        # than at the start of the run (cuBLAS read 764 and 686
-                        # TFLOP/s at the start of two calls, bench/RESULTS.md)
-                        row["cublas_adjacent"] = cublas_rate()
+                    none = contextlib.nullcontext
+                    contenders = [("attnc", lambda: mod.run(name, q, k, v, out=[o, lse]), none)]
                     for sched, vmod, vname in variants:
-                        row[f"attnc {sched}"] = fl / bench_ms(lambda: vmod.run(vname, q, k, v, out=[o, lse])) / 1e9
+                        contenders.append((f"attnc {sched}", lambda vmod=vmod, vname=vname: vmod.run(
+                            vname, q, k, v, out=[o, lse]), none))
+                    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     for be, sb in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                        try:
-                            with sdpa_kernel([sb]):
-                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                                row[be] = fl / bench_ms(fn) / 1e9
-                                if be == "flash":
-                                    mod.run(name, q, k, v, out=[o, lse])
-                                    row["maxdiff_vs_flash"] = float((o.float() - fn().float()).abs().max())
-                        except Exception as e:
-                            row[be + "_error"] = str(e)[:120]
+                        contenders.append((be, sdpa, lambda sb=sb: sdpa_kernel([sb])))
                     if flex is not None and dt == torch.float16:
                         try:
                             bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, N, N) if causal else None
-                            fn = lambda: flex(q, k, v, block_mask=bm)
-                            fn()
-                            row["flex"] = fl / bench_ms(fn) / 1e9
+                            contenders.append(("flex", lambda bm=bm: flex(q, k, v, block_mask=bm), none))
                         except Exception as e:
                             row["flex_error"] = str(e)[:120]
+                    for col, ms in time_rounds(contenders, args.rounds, row).items():
+                        row[col] = fl / ms / 1e9
+                    if D == 128 and N >= CEILING_N:
+                        # the ceiling again right after the rows it is compared
+                        # with: the GPU holds a lower clock under sustained load
+                        # than at the start of the run (cuBLAS read 764 and 686
+                        # TFLOP/s at the start of two calls, bench/RESULTS.md).
+                        # Not in the rounds: the GEMM draws the most power and
+                        # held the clock down for whichever ran next (session
+                        # 20: attnc after it in two rounds of three, 586 against
+                        # 611 without)
+                        row["cublas_adjacent"] = cublas_rate()
+                    if "flash" in row:
+                        mod.run(name, q, k, v, out=[o, lse])
+                        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                            row["maxdiff_vs_flash"] = float((o.float() - sdpa().float()).abs().max())
                     for peer in ("flash", "cudnn", "flex"):
                         if peer in row:
                             row[f"vs_{peer}"] = row["attnc"] / row[peer]
@@ -207,12 +243,14 @@ def mlp(args, tmp):
         y = torch.empty_like(x)
         fl = 2 * T * DIM * FF * 3
         row = dict(what="mlp", arch=args.arch, block="swiglu", T=T, DIM=DIM, FF=FF)
-        row["attnc"] = fl / bench_ms(lambda: mod.run("swiglu", x, wg, wu, wd, out=[y])) / 1e9
+        none = contextlib.nullcontext
+        contenders = [("attnc", lambda: mod.run("swiglu", x, wg, wu, wd, out=[y]), none)]
         for sched, vmod, vname in variants:
-            row[f"attnc {sched}"] = fl / bench_ms(lambda: vmod.run(vname, x, wg, wu, wd, out=[y])) / 1e9
-        row["eager"] = fl / bench_ms(lambda: eager(x, wg, wu, wd)) / 1e9
-        compiled(x, wg, wu, wd)
-        row["compile"] = fl / bench_ms(lambda: compiled(x, wg, wu, wd)) / 1e9
+            contenders.append((f"attnc {sched}", lambda vmod=vmod, vname=vname: vmod.run(
+                vname, x, wg, wu, wd, out=[y]), none))
+        contenders += [("eager", lambda: eager(x, wg, wu, wd), none), ("compile", lambda: compiled(x, wg, wu, wd), none)]
+        for col, ms in time_rounds(contenders, args.rounds, row).items():
+            row[col] = fl / ms / 1e9
         mod.run("swiglu", x, wg, wu, wd, out=[y])
         ref = eager(x, wg, wu, wd)
         row["maxdiff_vs_eager"] = float((y.float() - ref.float()).abs().max())
@@ -224,15 +262,16 @@ def mlp(args, tmp):
 CEILING_N = 8192
 
 
-def cublas_rate():
-    """cuBLAS's fp16 GEMM rate at 8192³ (torch.matmul), TFLOP/s: the tensor
+def ceiling_gemm():
+    """cuBLAS's fp16 GEMM at 8192³ (torch.matmul), ready to time: the tensor
     cores' practical ceiling, which attention is measured against."""
-    n = CEILING_N
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    r = 2 * n ** 3 / bench_ms(lambda: a @ b) / 1e9
-    del a, b
-    return r
+    a, b = (torch.randn(CEILING_N, CEILING_N, device="cuda", dtype=torch.float16) for _ in range(2))
+    return lambda: a @ b
+
+
+def cublas_rate():
+    """The ceiling's rate, TFLOP/s."""
+    return 2 * CEILING_N ** 3 / bench_ms(ceiling_gemm()) / 1e9
 
 
 def ceiling():
@@ -321,6 +360,8 @@ def main():
     ap.add_argument("--only", choices=("attention", "mlp"))
     ap.add_argument("--ns", type=int, nargs="+", help="attention at these sequence lengths only")
     ap.add_argument("--head-dims", type=int, nargs="+", help="attention at these head dims only")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="time each row's contenders in this many interleaved rounds (the median of them)")
     args = ap.parse_args()
     if args.compare:
         args.compare = os.path.abspath(args.compare)

@@ -232,10 +232,17 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         Type *bt = type_shaped(a, TY_MEMREF, t->elem, t->rank + 1, dims);
         bt->space = AS_SHARED;
         bufs[c] = b_emit(&pre, OP_ALLOC, bt, 0, NULL);
-        for (int s = 0; s < S - 1; s++) {
-            Value *at = b_bin(&pre, OP_ADD, lb, b_bin(&pre, OP_MUL, step, b_index(&pre, s)));
-            toks[c * (S - 1) + s] = copy(&pre, ld, bufs[c], b_index(&pre, s), iv, at);
-        }
+        toks[c * (S - 1)] = copy(&pre, ld, bufs[c], b_index(&pre, 0), iv, lb);
+    }
+    /* the later stages stage by stage, as the loop issues them: a wait then
+     * leaves as many younger copies in flight in the first iteration as in
+     * the others (nv.pending takes the fewer; tensor by tensor, the first
+     * iteration's last tile had only its own later stages after it, and a
+     * GEMM's combined wait at 3 stages waited for the next K step too) */
+    for (int s = 1; s < S - 1 && !continues; s++) {
+        Value *at = b_bin(&pre, OP_ADD, lb, b_bin(&pre, OP_MUL, step, b_index(&pre, s)));
+        for (int c = 0; c < n; c++)
+            toks[c * (S - 1) + s] = copy(&pre, loads.items[c], bufs[c], b_index(&pre, s), iv, at);
     }
     if (!continues)
         hoist_prologue(before_prologue ? before_prologue->next : loop->parent->first, loop);
