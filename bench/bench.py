@@ -18,7 +18,9 @@ clock drift within a row then falls on every contender alike. Peers: torch SDPA'
 (fp16). Every attnc output is also compared with the flash backend's on the
 same inputs (max |diff|, which must stay under 2e-2 for inputs of N(0, 1)).
 Also the SwiGLU MLP block at Llama-3-8B shapes (T = 4096, 8192) against torch
-eager and torch.compile, attnc's compile time per block, and the same run's
+eager and torch.compile (and, for sm_80, against Triton's matmul compiled
+for sm_80, the like-for-like peer: bench/probes/triton_sm80_gemm.py, timed
+after the rounds), attnc's compile time per block, and the same run's
 cuBLAS fp16 GEMM rate at 8192³ (the ceiling), timed at the start of the
 run and again right after each head dim 128 row at N >= 8k: those rows are
 reported as a fraction of both (under sustained load the GPU holds a lower
@@ -224,6 +226,10 @@ def attention(args, tmp):
                     del q, k, v, o, lse
 
 
+# (BM, BN, BK, stages, warps): the three best of the probe's ten on the H200
+TRITON_SM80_CONFIGS = [(256, 128, 64, 3, 8), (128, 256, 64, 3, 8), (128, 128, 32, 4, 4)]
+
+
 def mlp(args, tmp):
     src = open(os.path.join(ROOT, "examples", "swiglu_mlp.attn")).read()
     mod, ct = compile_block(tmp, args.arch, "swiglu_mlp", src)
@@ -234,6 +240,17 @@ def mlp(args, tmp):
     def eager(x, wg, wu, wd):
         return x + (F.silu(x @ wg) * (x @ wu)) @ wd
     compiled = torch.compile(eager)
+    triton80 = None
+    if args.arch == "sm_80":
+        # sm_80's like-for-like peer: Triton's matmul compiled for sm_80
+        # (bench/probes/triton_sm80_gemm.py), its best three configurations
+        # on SwiGLU's shapes (session 20); torch.compile's GEMMs are wgmma
+        try:
+            sys.path.insert(0, os.path.join(HERE, "probes"))
+            import triton_sm80_gemm
+            triton80 = (triton_sm80_gemm, triton_sm80_gemm.load_kernels(80, TRITON_SM80_CONFIGS))
+        except Exception as e:   # reported, not hidden
+            log(what="triton_sm80", error=str(e)[:200])
     for T in (4096, 8192):
         g = torch.Generator(device="cuda").manual_seed(T)
         x = torch.randn(T, DIM, device="cuda", generator=g).half()
@@ -256,6 +273,12 @@ def mlp(args, tmp):
         row["maxdiff_vs_eager"] = float((y.float() - ref.float()).abs().max())
         row["vs_eager"] = row["attnc"] / row["eager"]
         row["vs_compile"] = row["attnc"] / row["compile"]
+        if triton80:
+            try:
+                row["triton_sm80"] = triton80[0].swiglu_rate(triton80[1], T, DIM, FF)
+                row["vs_triton_sm80"] = row["attnc"] / row["triton_sm80"]
+            except Exception as e:
+                row["triton_sm80_error"] = str(e)[:200]
         log(**row)
 
 
@@ -327,6 +350,15 @@ def report(args):
         for r in m:
             lines.append(f"| {r['block']} | {r['T']} | {r['attnc']:.0f} | {r['eager']:.0f} | {r['compile']:.0f} | "
                          f"{r['vs_eager']:.2f} | {r['vs_compile']:.2f} | {r['maxdiff_vs_eager']:.1e} |")
+        t80 = [r for r in m if "triton_sm80" in r]
+        if t80:
+            lines.append("\nTriton's matmul compiled for sm_80 (mma.sync; SwiGLU's three GEMMs, each shape at its "
+                         "best configuration, elementwise ops not counted), TFLOP/s per row: " +
+                         ", ".join(f"T {r['T']} {r['triton_sm80']:.0f} (attnc / it {r['vs_triton_sm80']:.2f})"
+                                   for r in t80))
+        for r in m:
+            if "triton_sm80_error" in r:
+                lines.append(f"\nTriton sm_80 at T {r['T']}: {r['triton_sm80_error']}")
         for sched in columns(args):
             lines.append(f"\nMLP with {column_name(sched)}: attnc TFLOP/s per row: " +
                          ", ".join(f"{r[f'attnc {sched}']:.0f}" for r in m if f"attnc {sched}" in r))

@@ -117,6 +117,50 @@ def gemm_runner(kern, cfg, a, b, c):
     return lambda: kern.launch(grid, args)
 
 
+def load_kernels(arch, configs):
+    """{config: DriverKernel} of Triton's matmul for sm_ARCH; a
+    configuration that does not compile or load is reported and left out."""
+    kernels = {}
+    for cfg in configs:
+        try:
+            kernels[cfg] = DriverKernel(*compile_ptx(cfg, arch))
+        except Exception as e:   # (too much shared memory for one configuration: reported)
+            print(f"sm_{arch} {cfg}: {str(e)[:120]}")
+    return kernels
+
+
+def best_rate(kernels, M, K, N):
+    """Each kernel on a random f16 [M, K] @ [K, N], checked against torch,
+    then timed: ({config: TFLOP/s}, the best config); a wrong result raises."""
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16) * K ** -0.5
+    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    ref = a @ b
+    rates = {}
+    for cfg, kern in kernels.items():
+        run = gemm_runner(kern, cfg, a, b, c)
+        c.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        err = float((c.float() - ref.float()).abs().max())
+        if not err < 0.05:
+            raise RuntimeError(f"Triton {cfg} [{M}, {K}] @ [{K}, {N}]: max |diff| {err} against torch")
+        rates[cfg] = 2 * M * N * K / triton.testing.do_bench(run, warmup=25, rep=100) / 1e9
+    if not rates:
+        raise RuntimeError("no Triton kernel loaded")
+    return rates, max(rates, key=rates.get)
+
+
+def swiglu_rate(kernels, T, DIM, FF):
+    """SwiGLU's three GEMMs (x @ wg and x @ wu, [T, DIM] @ [DIM, FF]; h @ wd,
+    [T, FF] @ [FF, DIM]), each shape with its best kernel: TFLOP/s over
+    their FLOPs (the elementwise ops, which attnc fuses, not counted)."""
+    up, up_best = best_rate(kernels, T, DIM, FF)
+    down, down_best = best_rate(kernels, T, FF, DIM)
+    fl = 2 * T * DIM * FF   # (each of the three)
+    return 3 * fl / (2 * fl / up[up_best] + fl / down[down_best])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -124,40 +168,19 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     DIM, FF = 4096, 14336
     rows = []
-    kernels = {}
-    for arch in (80, 90):
-        for cfg in CONFIGS:
-            try:
-                kernels[arch, cfg] = DriverKernel(*compile_ptx(cfg, arch))
-            except Exception as e:   # (too much shared memory for one configuration: reported)
-                print(f"sm_{arch} {cfg}: {str(e)[:120]}")
+    kernels = {arch: load_kernels(arch, CONFIGS) for arch in (80, 90)}
     for T in (4096, 8192):
         for what, M, K, N in (("x @ wg", T, DIM, FF), ("h @ wd", T, FF, DIM)):
             a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-            b = torch.randn(K, N, device="cuda", dtype=torch.float16) * K ** -0.5
-            c = torch.empty(M, N, device="cuda", dtype=torch.float16)
-            ref = a @ b
+            b = torch.randn(K, N, device="cuda", dtype=torch.float16)
             fl = 2 * M * N * K
             row = dict(T=T, gemm=what, M=M, N=N, K=K,
                        cublas=fl / triton.testing.do_bench(lambda: a @ b, warmup=25, rep=100) / 1e9)
+            del a, b
             for arch in (80, 90):
-                best = (0.0, None)
-                for cfg in CONFIGS:
-                    if (arch, cfg) not in kernels:
-                        continue
-                    run = gemm_runner(kernels[arch, cfg], cfg, a, b, c)
-                    c.fill_(float("nan"))
-                    run()
-                    torch.cuda.synchronize()
-                    err = float((c.float() - ref.float()).abs().max())
-                    if not err < 0.05:
-                        raise SystemExit(f"sm_{arch} {cfg} {what} T {T}: max |diff| {err} against torch")
-                    r = fl / triton.testing.do_bench(run, warmup=25, rep=100) / 1e9
-                    row[f"sm_{arch} {cfg}"] = r
-                    best = max(best, (r, cfg))
-                if best[1] is None:
-                    raise SystemExit(f"no sm_{arch} kernel loaded")
-                row[f"triton_sm{arch}_best"], row[f"triton_sm{arch}_best_config"] = best[0], best[1]
+                rates, best = best_rate(kernels[arch], M, K, N)
+                row.update({f"sm_{arch} {cfg}": r for cfg, r in rates.items()})
+                row[f"triton_sm{arch}_best"], row[f"triton_sm{arch}_best_config"] = rates[best], best
             rows.append(row)
             print(f"T {T} {what}: cuBLAS {row['cublas']:.0f}, Triton sm_80 best {row['triton_sm80_best']:.0f} "
                   f"{row['triton_sm80_best_config']}, Triton sm_90 best {row['triton_sm90_best']:.0f} "
