@@ -37,8 +37,8 @@ DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
 × causal, fp16).
 """
 import argparse
-import json
 import contextlib
+import json
 import math
 import os
 import statistics
@@ -74,7 +74,7 @@ def time_rounds(contenders, rounds, row):
     """contenders: [(column, fn, context)]; each runs once first (a failure
     goes into row as COLUMN_error and leaves it out), then every round times
     each of them for 100 / rounds ms, in an order that rotates from round to
-    round. A column's time is the median of its rounds: when the clock
+    round and is reversed every other round. A column's time is the median of its rounds: when the clock
     drifts within a row (it does, by a few per cent, under sustained load)
     every contender sees the drift alike, not whichever ran last. Returns
     {column: ms}."""
