@@ -285,16 +285,11 @@ def mlp(args, tmp):
 CEILING_N = 8192
 
 
-def ceiling_gemm():
-    """cuBLAS's fp16 GEMM at 8192³ (torch.matmul), ready to time: the tensor
+def cublas_rate():
+    """cuBLAS's fp16 GEMM rate at 8192³ (torch.matmul), TFLOP/s: the tensor
     cores' practical ceiling, which attention is measured against."""
     a, b = (torch.randn(CEILING_N, CEILING_N, device="cuda", dtype=torch.float16) for _ in range(2))
-    return lambda: a @ b
-
-
-def cublas_rate():
-    """The ceiling's rate, TFLOP/s."""
-    return 2 * CEILING_N ** 3 / bench_ms(ceiling_gemm()) / 1e9
+    return 2 * CEILING_N ** 3 / bench_ms(lambda: a @ b) / 1e9
 
 
 def ceiling():
