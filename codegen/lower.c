@@ -889,7 +889,7 @@ static void emit_op(Cg *cg, const Op *op) {
     default: break;
     }
     const char *name = op_info[op->kind].name;
-    if ((strncmp(name, "arith.", 6) == 0 || strncmp(name, "math.", 5) == 0) && op->nresults == 1) {
+    if (op_kind_has(op->kind, OPF_ELEMENTWISE)) {
         for (int i = 0; i < op->noperands && !cg->info->bf16; i++)
             if (op->operands[i]->type->elem == SK_BF16) {
                 cg_err(cg, op, "%s", arena_printf(cg->a, "bf16 has no arithmetic on %s (%s has no bf16 MMA); use f16",
@@ -957,9 +957,8 @@ static bool producer_runs(const Op *op) {
     case OP_CONSTANT: case OP_DIM: case OP_COPY_ASYNC: case OP_FOR: return true;
     default: break;
     }
-    const char *name = op_info[op->kind].name;   /* scalars: arithmetic, and elements read from memory */
-    return op->nresults == 1 && op->results[0]->type->kind != TY_TILE &&
-           (strncmp(name, "arith.", 6) == 0 || strncmp(name, "math.", 5) == 0 || op->kind == OP_GATHER);
+    /* scalars: arithmetic, and elements read from memory */
+    return (op_kind_has(op->kind, OPF_ELEMENTWISE) || op->kind == OP_GATHER) && op->results[0]->type->kind != TY_TILE;
 }
 
 void release_stages(Cg *cg, const Op *op) {

@@ -184,10 +184,6 @@ static bool apply(Interp *in, const Op *op, Pred pred, ScalarKind k, const doubl
     return fail(in, op, "not an elementwise op");
 }
 
-static bool is_elementwise(OpKind k) {
-    return (k >= OP_ADD && k <= OP_CAST) || (k >= OP_EXP && k <= OP_RELU);
-}
-
 /* ---- elementwise ops over tensors with broadcasting ---------------------- */
 
 /* Strides of t seen through a broadcast to a result of rank `rank`. */
@@ -289,7 +285,7 @@ static bool plan_region(Interp *in, const Block *b, Plan *plan) {
                 return fail(in, op, "the interpreter reads tensors of at most 4 dimensions in hooks");
             for (int i = 1; i < op->noperands; i++)
                 p->operands[i - 1] = (int)(intptr_t)map_get(&slot, op->operands[i]) - 1;
-        } else if (!is_elementwise(op->kind)) {
+        } else if (!op_kind_has(op->kind, OPF_ELEMENTWISE)) {
             return fail(in, op, "cannot run inside a hook");
         }
         p->result = n;
@@ -1211,7 +1207,7 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_TILE_REDUCE:
     case OP_LANE_SUM: return eval_tile_misc(in, op);
     default:
-        if (is_elementwise(op->kind))
+        if (op_kind_has(op->kind, OPF_ELEMENTWISE))
             return eval_elementwise(in, op);
         return fail(in, op, "the interpreter cannot run this op");
     }

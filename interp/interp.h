@@ -91,6 +91,10 @@ typedef struct RunOptions {
 /* Runs every func of `lowered` on random inputs; with opts.check, compares
  * each output with the exact evaluation of the same func in `reference`.
  * Prints a line per output to out. Returns false on any failure. */
+/* Warns of each -D that names neither a dimension nor a constant of module.
+ * Said once per command, not per run (--check-each-pass runs after every pass). */
+void interp_warn_unused_binds(Arena *a, Diag *d, const Op *module, const RunOptions *opts);
+
 bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered,
                        const RunOptions *opts, FILE *out);
 

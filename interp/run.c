@@ -470,6 +470,19 @@ static bool run_func(Arena *a, Diag *d, Bindings *bind, const Op *refmod, const 
     return ok;
 }
 
+void interp_warn_unused_binds(Arena *a, Diag *d, const Op *module, const RunOptions *opts) {
+    Map seen;
+    map_init(&seen, true);
+    PtrVec order = {0};
+    collect_op_dims(module, a, &seen, &order);
+    for (int i = 0; i < opts->nbinds; i++) {
+        const char *name = opts->bind_names[i];
+        if (!map_get(&seen, name) && (!opts->consts || !map_get(opts->consts, name)))
+            diag_warning(d, NULL, (Loc){0}, "-D %s: the program has no dimension or constant '%s'",
+                         name, name);
+    }
+}
+
 bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered,
                        const RunOptions *opts, FILE *out) {
     /* Bind every symbolic dimension: from -D, else its default. */
@@ -482,14 +495,9 @@ bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered
     map_init(&bind.dims, true);
     for (int i = 0; i < order.len; i++)
         map_put(a, &bind.dims, order.items[i], (void *)(intptr_t)default_dim(order.items[i]));
-    for (int i = 0; i < opts->nbinds; i++) {
-        const char *name = opts->bind_names[i];
-        if (map_get(&seen, name))
-            map_put(a, &bind.dims, name, (void *)(intptr_t)opts->bind_values[i]);
-        else if (!opts->consts || !map_get(opts->consts, name))
-            diag_warning(d, NULL, (Loc){0}, "-D %s: the program has no dimension or constant '%s'",
-                         name, name);
-    }
+    for (int i = 0; i < opts->nbinds; i++)
+        if (map_get(&seen, opts->bind_names[i]))
+            map_put(a, &bind.dims, opts->bind_names[i], (void *)(intptr_t)opts->bind_values[i]);
     if (!opts->quiet && order.len) {
         fputs("dims:", out);
         for (int i = 0; i < order.len; i++)

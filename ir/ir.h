@@ -105,7 +105,7 @@ typedef enum OpKind {
     OP__COUNT
 } OpKind;
 
-enum { OPF_TERMINATOR = 1, OPF_ISOLATED = 2, OPF_PURE = 4 };
+enum { OPF_TERMINATOR = 1, OPF_ISOLATED = 2, OPF_PURE = 4, OPF_ELEMENTWISE = 8, OPF_INDEX = 16, OPF_PREDICATE = 32 };
 
 typedef struct OpInfo {
     const char *name;
@@ -113,6 +113,7 @@ typedef struct OpInfo {
 } OpInfo;
 extern const OpInfo op_info[OP__COUNT];
 OpKind op_kind_from_name(const char *name);  /* OP__COUNT if unknown */
+static inline bool op_kind_has(OpKind k, int flags) { return (op_info[k].flags & flags) != 0; }
 
 typedef struct Op Op;
 typedef struct Block Block;

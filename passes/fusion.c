@@ -296,15 +296,10 @@ static bool fuse_one_backward(Fuser *f, Block *body) {
 
 /* ---- GEMM + epilogue ------------------------------------------------------- */
 
+/* Elementwise arithmetic on tensors: no index math, no booleans. */
 static bool is_epilogue_op(const Op *op) {
-    switch (op->kind) {
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MIN: case OP_MAX: case OP_NEG:
-    case OP_CAST: case OP_EXP: case OP_EXP2: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
-    case OP_ABS: case OP_SIGMOID: case OP_SILU: case OP_GELU: case OP_GELU_TANH: case OP_RELU:
-        return op->results[0]->type->kind == TY_TENSOR;
-    default:
-        return false;
-    }
+    return op_kind_has(op->kind, OPF_ELEMENTWISE) && !op_kind_has(op->kind, OPF_INDEX | OPF_PREDICATE) &&
+           op->results[0]->type->kind == TY_TENSOR;
 }
 
 static bool is_weight_matmul(const Op *op) {

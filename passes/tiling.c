@@ -1042,16 +1042,9 @@ placed:
 static int64_t row_block(const char *arch) { return target_lookup(arch)->row_block; }
 
 static bool is_row_op(const Op *op) {
-    switch (op->kind) {
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MIN: case OP_MAX: case OP_NEG:
-    case OP_CAST: case OP_EXP: case OP_EXP2: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
-    case OP_ABS: case OP_SIGMOID: case OP_SILU: case OP_GELU: case OP_GELU_TANH: case OP_RELU:
-    case OP_CMP: case OP_SELECT: case OP_AND: case OP_OR: case OP_NOT:
-    case OP_REDUCE: case OP_SOFTMAX:
-        break;
-    default:
+    bool elementwise = op_kind_has(op->kind, OPF_ELEMENTWISE) && !op_kind_has(op->kind, OPF_INDEX);
+    if (!elementwise && op->kind != OP_REDUCE && op->kind != OP_SOFTMAX)
         return false;
-    }
     const Type *r = op->results[0]->type;
     if (r->kind != TY_TENSOR || r->rank < 1 || r->rank > 2)
         return false;

@@ -138,6 +138,7 @@ static bool process(Arena *a, Diag *d, const Source *src, const void *opts, FILE
         RunOptions run = o->run.run;
         run.check = true;
         run.consts = program_consts(a, ast);
+        interp_warn_unused_binds(a, d, before, &run);
         if (!interp_run_module(a, d, before, module, &run, stderr))
             return false;
     }

@@ -248,6 +248,7 @@ static int run_main(int argc, char **argv, Diag *d) {
     bool ok = lowered != NULL;
     if (ok) {
         r.run.consts = program_consts(&a, ast);
+        interp_warn_unused_binds(&a, d, reference, &r.run);
         PassContext ctx = {.arena = &a, .diag = d};
         Map cache;   /* inputs and references, made once for all the passes */
         map_init(&cache, true);
