@@ -159,6 +159,10 @@ struct Op {
     Op *prev, *next;
 };
 
+/* Checks attribute `at` (named nv.*) of op against ir/nv_attrs.def for the
+ * module's target (NULL: not nv IR). On failure writes why into msg. */
+bool nv_attr_check(const Op *op, const NamedAttr *at, const char *target, char *msg, size_t size);
+
 /* Builder. */
 Op *op_create(Arena *a, OpKind kind, int noperands, Value **operands, int nresults,
               Type **result_types, int nregions);

@@ -2,7 +2,8 @@
  *
  * Structure (for every op): operand/result/region counts from ops.def,
  * operands defined before use and visible from the use, terminators last and
- * only last. Then the op's own rule, verify_<rule> named in ops.def.
+ * only last. Then the op's own rule, verify_<rule> named in ops.def, and
+ * each nv.* attribute against ir/nv_attrs.def (nv_attrs.c).
  */
 #include "ir.h"
 
@@ -13,6 +14,8 @@ typedef struct Verifier {
     const Source *text;
     Arena arena;
     Map visible;   /* Value* -> non-NULL while in scope */
+    const char *target;   /* the module's nv.target: nv IR for that target */
+    bool nv_checked;      /* nv attributes are checked (the module's own are right) */
     int errors;
 } Verifier;
 
@@ -854,7 +857,24 @@ static void verify_block(Verifier *v, Block *b, PtrVec *scope) {
     }
 }
 
+static bool verify_nv_attrs(Verifier *v, const Op *op) {
+    bool ok = true;
+    for (int i = 0; i < op->nattrs; i++) {
+        char msg[400];
+        if (strncmp(op->attrs[i].name, "nv.", 3) == 0 && !nv_attr_check(op, &op->attrs[i], v->target, msg, sizeof msg)) {
+            op_error(v, op, "%s", msg);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
 static void verify_op(Verifier *v, Op *op) {
+    if (op->kind == OP_MODULE) {   /* its nv.target: the target its nv attributes are for */
+        Attr *t = op_attr(op, "nv.target");
+        v->target = t && t->kind == AT_STR ? t->s : NULL;
+        v->nv_checked = verify_nv_attrs(v, op);   /* a bad target: said once, not at every nv attribute */
+    }
     const OpInfo *info = &op_info[op->kind];
     int before = v->errors;
     if (op->noperands < info->min_operands ||
@@ -896,6 +916,8 @@ static void verify_op(Verifier *v, Op *op) {
         v->visible = saved;
     if (shaped_right)
         verify_fns[op->kind](v, op);
+    if (op->kind != OP_MODULE && v->nv_checked)
+        verify_nv_attrs(v, op);
 }
 
 int ir_verify(Op *root, Diag *d, const Source *text) {

@@ -983,16 +983,19 @@ static bool walk(const Lower *l, Block *blk) {
 }
 
 bool pass_sm70_layout(Op *module, PassContext *ctx) {
+    op_set_attr(ctx->arena, module, "nv.target", attr_str(ctx->arena, "sm_70"));
     Lower l = {ctx, SM70, target_lookup("sm_70"), 1, false};
     return walk(&l, op_body(module));
 }
 
 bool pass_sm80_layout(Op *module, PassContext *ctx) {
+    op_set_attr(ctx->arena, module, "nv.target", attr_str(ctx->arena, "sm_80"));
     Lower l = {ctx, SM80, target_lookup("sm_80"), 1, false};
     return walk(&l, op_body(module));
 }
 
 bool pass_sm90a_layout(Op *module, PassContext *ctx) {
+    op_set_attr(ctx->arena, module, "nv.target", attr_str(ctx->arena, "sm_90a"));
     Lower l = {ctx, SM90, target_lookup("sm_90a"), 1, false};
     return walk(&l, op_body(module));
 }
