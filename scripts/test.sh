@@ -10,7 +10,7 @@ sh scripts/deps.sh
 
 echo "==> build and test"
 sh scripts/build.sh build
-ctest --test-dir build --output-on-failure
+LIT_OPTS="--param slow=1" ctest --test-dir build --output-on-failure   # with the slow sweeps
 
 echo "==> install, then build examples/embed against the installed libattnrt (pkg-config, CMake)"
 rm -rf build/install-check && cmake --install build --prefix build/install-check >/dev/null

@@ -1,4 +1,5 @@
-# lit configuration for attnc's tests. Substitutions:
+# lit configuration for attnc's tests. Features: asan, ptxas, sass, slow.
+# Substitutions:
 #   %attnc, %attnc-opt   the tools under test (from the build tree)
 #   FileCheck, not       from LLVM 19
 #   %examples            the examples/ folder
@@ -27,6 +28,10 @@ config.substitutions.append(("%python-src", os.path.join(config.attnc_src_root, 
 # runtime must come first): the Python test runs in the plain build only.
 if config.sanitize.upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
+# The long numeric sweeps (REQUIRES: slow) run where asked: lit --param slow=1
+# (scripts/test.sh sets it through LIT_OPTS for the plain build, as CI runs it).
+if lit_config.params.get("slow", "0") not in ("0", ""):
+    config.available_features.add("slow")
 if config.ptxas_sm70:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", config.ptxas_sm70))
