@@ -32,7 +32,7 @@ schedule choice against the default. --compare ATTNC adds a column
 last commit's), timed row by row beside this one in the same process, the
 A/B of a compiler change with the least drift between A and B.
 
-Writes DIR/bench.json, DIR/bench.md (the tables for bench/RESULTS.md) and
+Writes DIR/bench.json, DIR/bench.md (the tables for bench/results/) and
 DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
 × causal, fp16).
 """
@@ -206,11 +206,11 @@ def attention(args, tmp):
                         # the ceiling again right after the rows it is compared
                         # with: the GPU holds a lower clock under sustained load
                         # than at the start of the run (cuBLAS read 764 and 686
-                        # TFLOP/s at the start of two calls, bench/RESULTS.md).
+                        # TFLOP/s at the start of two calls, bench/results/).
                         # Not in the rounds: the GEMM draws the most power and
-                        # held the clock down for whichever ran next (session
-                        # 20: attnc after it in two rounds of three, 586 against
-                        # 611 without)
+                        # held the clock down for whichever ran next
+                        # (2026-12-03: attnc after it in two rounds of
+                        # three, 586 against 611 without)
                         row["cublas_adjacent"] = cublas_rate()
                     if "flash" in row:
                         mod.run(name, q, k, v, out=[o, lse])
@@ -244,7 +244,7 @@ def mlp(args, tmp):
     if args.arch == "sm_80":
         # sm_80's like-for-like peer: Triton's matmul compiled for sm_80
         # (bench/probes/triton_sm80_gemm.py), its best three configurations
-        # on SwiGLU's shapes (session 20); torch.compile's GEMMs are wgmma
+        # on SwiGLU's shapes (2026-12-03); torch.compile's GEMMs are wgmma
         try:
             sys.path.insert(0, os.path.join(HERE, "probes"))
             import triton_sm80_gemm

@@ -1,6 +1,7 @@
 #!/bin/bash
-# gpu.sh — every GPU check in one go (the device tool runs it with gpu-kit/
-# carried; bench/gpu_kit.sh makes the kit): numerics of every case against
+# gpu.sh — every GPU check in one go, on a machine with an NVIDIA GPU, the
+# CUDA toolkit and PyTorch, run from the repository root with gpu-kit/ beside
+# it (bench/gpu_kit.sh makes the kit where attnc was built): numerics of every case against
 # float64 PyTorch for each target (sm_70 f16, sm_80 and sm_90a f16 and
 # bf16), the backward's gradients (bench/backward_check.py), autograd and
 # the training run (sm_80), examples/embed, the SASS of the sm_80 and sm_90a kernels,
@@ -13,8 +14,8 @@
 # its column to the benchmark (bench.py --compare).
 # --arch A (repeatable): only these targets (sm_70, sm_80, sm_90a; default all)
 # --pack: at the end, everything under $OUT goes into $OUT/gpu-results.tgz
-# and only that, gpu.log and the benchmark tables stay (the device tool
-# brings back 8 files).
+# and only that, gpu.log and the benchmark tables stay (fewer files to copy
+# back from the GPU machine).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 KIT=gpu-kit

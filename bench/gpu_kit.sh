@@ -1,13 +1,13 @@
 #!/bin/sh
-# gpu_kit.sh — gathers what the GPU machine needs into gpu-kit/ (ignored by
-# git; carried by the device tool): the statically linked attnc, stripped,
-# libattnrt and attnc-embed. The GPU machine has no LLVM, so attnc is built
-# here and runs there.
+# gpu_kit.sh — gathers what a GPU machine without LLVM needs into gpu-kit/
+# (ignored by git; copied there with the repository): the statically linked
+# attnc, stripped, libattnrt and attnc-embed. attnc is built where LLVM is
+# and runs there.
 #
 #   sh bench/gpu_kit.sh [BUILD] [COMPARE_ATTNC]
 # COMPARE_ATTNC: another attnc binary (say the last commit's) to A/B
 # against: stripped and xz-compressed into gpu-kit/compare-attnc.xz (the
-# device tool carries 64 MiB), which bench/gpu.sh unpacks and hands to
+# kit stays small enough to copy), which bench/gpu.sh unpacks and hands to
 # bench.py --compare.
 set -eu
 BUILD=${1:-build}

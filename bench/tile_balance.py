@@ -7,7 +7,7 @@ perfect balance), for bench.py's shapes (batch·N = 16384, heads =
     python3 bench/tile_balance.py [--blocks 132]
 
 Orders compared:
-  session8   t -> (t % tiles_x, t / tiles_x), round-robin (t = b, b + G, ...)
+  x-first    t -> (t % tiles_x, t / tiles_x), round-robin (t = b, b + G, ...)
   sections   codegen's tile_order: sections of max(1, 256 / tiles_x) heads,
              row tiles last to first, round-robin
   dynamic    the same order, each tile to the block that is free first (an
@@ -19,7 +19,7 @@ import heapq
 
 
 def order(tiles_x, tiles_y, section_tiles=None):
-    if section_tiles is None:   # session 8's
+    if section_tiles is None:   # 2026-12-01's
         return [(t % tiles_x, t // tiles_x) for t in range(tiles_x * tiles_y)]
     s = max(1, section_tiles // tiles_x)
     out = []
@@ -48,7 +48,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=132, help="resident blocks (the H200's SMs, one block each)")
     g = ap.parse_args().blocks
-    print("head dim   N      tiles  session8  sections  dynamic  hardware")
+    print("head dim   N      tiles  x-first   sections  dynamic  hardware")
     for d in (64, 128, 256):
         for n in (512, 1024, 2048, 4096, 8192, 16384):
             tx, ty = n // 128, (16384 // n) * (2048 // d)

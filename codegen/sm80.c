@@ -428,8 +428,9 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
      * take half the registers of the f32 scores, dead once packed;
      * FlashAttention-2 converts the whole tile first too), O's rescale tied
      * to the row sums, V by column block (emit_dot_by_columns). Elsewhere
-     * those measured 5-7 % slower (head dim 64, bench/RESULTS.md session
-     * 17): there P is packed k-step by k-step, as the MMAs take it. */
+     * those measured 5-7 % slower (head dim 64,
+     * bench/results/2026-12-03-h200/NOTES.md): there P is packed k-step by
+     * k-step, as the MMAs take it. */
     const Op *sum = p ? row_sum_at_register_limit(op) : NULL;
     bool tight = sum != NULL;
     LLVMValueRef *pfr = NULL;   /* P's A fragments, [ks][a][j] */

@@ -306,7 +306,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * Q·Kᵀ and P·V, which a later wait overlaps with V's copy. Only where
      * waits end in barriers (target.h gemm_waits_together: cp.async; sm_70's
      * waits store its prefetched registers, sm_90a's TMA waits are
-     * mbarriers, and its MLP ran 4-5 % slower so, bench/RESULTS.md session 19). */
+     * mbarriers, and its MLP ran 4-5 % slower so, bench/results/2026-12-03-h200/NOTES.md). */
     Op *last_wait = first_wait;
     if (waits_together && first_wait && only_products(body))
         for (Op *op = first_wait->next, *next; op; op = next) {

@@ -135,7 +135,7 @@ static bool is_16bit(ScalarKind k) { return k == SK_F16 || k == SK_BF16; }
  * 16-bit tiles of 64k columns and 8k rows lies in 128-byte swizzled panels
  * (smem.c's smem_offset, CUTLASS's Swizzle<3,3,3>) instead of padded rows:
  * a warp's cp.async then covers whole 128-byte rows, 4 shared-memory
- * wavefronts an instruction where padded rows took 10.5 (ncu, session 16),
+ * wavefronts an instruction where padded rows took 10.5 (ncu, 2026-12-02),
  * and ldmatrix stays conflict-free (the 8 rows of a phase read 8 different
  * 16-byte chunks). A fragment's address is then the lane's XOR a constant
  * (sm80.c), a register more per live XOR; the tiles stored through
@@ -877,7 +877,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * tile from shared memory per 16 rows, and shared memory's 128
          * bytes a cycle then cap the MMA rate near half of what mma.sync
          * issues on an H200; a 64 × 32 or 64 × 64 warp tile reads half as
-         * many bytes per FLOP (bench/RESULTS.md, session 16). Columns per
+         * many bytes per FLOP (bench/results/2026-12-02-h200/NOTES.md). Columns per
          * warp: accumulators of at most 128 f32 a thread (carried_cols · 2
          * / warp_cols), in at most 8 warps; warps(N) sets the grid's size. */
         if (l->gen == SM80 && !s.row_bound && rows % 64 == 0 && s.carried_cols >= 64) {
@@ -909,7 +909,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
         lw.tma = true;
         annotate_tma(a, body);
         /* warp specialisation: a producer warpgroup issues the copies.
-         * Default (measured on the H200, bench/RESULTS.md sessions 6 and
+         * Default (measured on the H200, bench/results/2026-12-01-h200/NOTES.md and
          * 9): on for attention with 128-wide score tiles, outputs wider
          * than 128 (head dim 256) or key ranges that follow the query tile
          * (causal, windows); off for 64-wide score tiles
@@ -927,12 +927,12 @@ static bool layout_launch(const Lower *l, Op *launch) {
             /* one consumer warpgroup (a 64-row tile): two blocks an SM
              * where their buffers fit twice, so two consumers share it as
              * in a 128-row tile but each with its own producer, tiles and
-             * epilogue (session 12, head dim 64 causal N 512: 201 → 235
+             * epilogue (2026-12-02, head dim 64 causal N 512: 201 → 235
              * TFLOP/s at 64 × 64; one block an SM before) */
             if (warps == 4 && 2 * buffer_bytes(body) <= l->t->smem_limit)
                 op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
             /* ping-pong between consumer warpgroups, a turn holding Q·Kᵀ(j)
-             * and P·V(j−1). Default (session 13, H200, same run): on where
+             * and P·V(j−1). Default (2026-12-02, H200, same run): on where
              * the keys do not follow the query tile, up to head dim 128
              * (head dim 64 +5 to 7 %, 128 +1 to 2 %); off under a causal
              * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
@@ -943,7 +943,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
             /* persistent blocks: each loops over the grid's tiles, so the
              * producer fetches the next tile's Q and K/V while the
              * consumers finish this one, and O's TMA store runs beside the
-             * next tile. Default (bench/RESULTS.md session 11): on for
+             * next tile. Default (bench/results/2026-12-02-h200/NOTES.md): on for
              * attention whose O goes through a TMA store (head dim up to
              * 128: 6–18 % faster at N ≤ 2k, even at 8k), off for head dim
              * 256 (O's buffer then would not fit beside the stages; with O

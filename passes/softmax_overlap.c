@@ -314,7 +314,7 @@ static bool run(Op *module, PassContext *ctx, bool no_tail) {
         for_each_op(launch, op_body(func)) {
             if (launch->kind != OP_LAUNCH || !has_tma(launch->regions[0].blocks[0]))
                 continue;
-            /* default (measured on the H200, bench/RESULTS.md session 8):
+            /* default (measured on the H200, bench/results/2026-12-01-h200/NOTES.md):
              * under warp specialisation, where it gains at head dims 128
              * and 256 (up to 14 %); not in plain TMA kernels, where it
              * lost 27-30 % (head dim 64 without a mask: 155 registers

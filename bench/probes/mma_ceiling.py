@@ -5,7 +5,7 @@ with no memory traffic, the instruction attnc's sm_80 generator emits) and,
 in the same process, times torch's f16 GEMM at 8192³ (cuBLAS; wgmma on a
 Hopper GPU). Their ratio bounds what any sm_80 kernel can reach against a
 cuBLAS-based peer, such as the MLP blocks against torch.compile
-(bench/RESULTS.md).
+(bench/results/).
 
     python3 bench/probes/mma_ceiling.py --out OUT
 """

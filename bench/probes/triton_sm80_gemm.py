@@ -14,7 +14,7 @@ GEMMs (sm_90, wgmma) and cuBLAS (torch.matmul).
     python3 bench/probes/triton_sm80_gemm.py --out OUT
 
 Prints a table and writes OUT/triton-sm80-gemm.json. A probe, not a peer
-of the benchmark: bench/RESULTS.md says what its numbers mean for #8's bar.
+of the benchmark: bench/results/ says what its numbers mean for #8's bar.
 """
 import argparse
 import ctypes
