@@ -1,11 +1,12 @@
 /* sm70.c — Volta (sm_70): mma.sync.aligned.m8n8k4 and register prefetch,
- * behind lower.h's CgTarget. It emits what passes/sm70_layout.c decided (the
- * nv.* attributes of the tile ops; doc/codegen.md).
+ * behind lower.h's CgTarget. It emits what the sm70-layout pass
+ * (passes/nv_layout.c) decided: the nv.* attributes of the tile ops
+ * (doc/codegen.md).
  *
  *   accumulator  mma.m8n8k4's, f32 or f16 per the dot's type: each 16×16
  *                block of a warp is four 8×8 quad-pair products, QP q at
- *                rows 8·(q&1), cols 8·(q>>1) (TARGET-NOTES.md has the
- *                per-lane table)
+ *                rows 8·(q&1), cols 8·(q>>1) (the PTX ISA's m8n8k4
+ *                fragment tables give each lane's elements)
  *   tile.dot     A and B fragments read from shared memory (.row/.col as
  *                the memory lies, nv.mma); P, an accumulator tile, reaches
  *                the A layout by shuffles only (xor 2, then xor 8)

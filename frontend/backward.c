@@ -8,7 +8,7 @@
  *
  * and its backward block `NAME.backward(q, k, v, side..., o, lse, do) ->
  * (dq, dk, dv)` recomputes P from the saved logsumexp instead of the
- * softmax (FlashAttention's form; ../shared/BACKWARD-NOTES.md §1):
+ * softmax (FlashAttention-2's form, doc/backward.md):
  *
  *   P  = exp(S' − lse)            (lse = −inf, a row with no visible key: 0,
  *                                  so P = 0 and every gradient is 0, not NaN)

@@ -703,7 +703,7 @@ static bool tile_attention(PassContext *ctx, Op *func, Op *att) {
 
 /* ---- the attention backward ----------------------------------------------------------
  * attn.attention_backward becomes three kernels (FlashAttention-2's plan,
- * ../shared/BACKWARD-NOTES.md §2):
+ * doc/backward.md):
  *
  *   preprocess  a program per BM query rows of one (batch, head):
  *               D = rowsum(do ∘ o), f32 [B, Hq, Nq]
