@@ -904,42 +904,16 @@ static void emit_op(Cg *cg, const Op *op) {
 
 /* ---- warp specialisation -------------------------------------------------------- */
 
-static bool uses_any(const Op *op, const Map *vals) {
-    for (int i = 0; i < op->noperands; i++)
-        if (map_get(vals, op->operands[i]))
-            return true;
-    for (int r = 0; r < op->nregions; r++)
-        for (int b = 0; b < op->regions[r].nblocks; b++)
-            for (const Op *o = op->regions[r].blocks[b]->first; o; o = o->next)
-                if (uses_any(o, vals))
-                    return true;
-    return false;
-}
-
-/* Consumer: where in blk each waited stage is free again. A tile.wait's
- * stage is read by the tile.loads of its buffer after it (up to the next
- * wait on that buffer) and by what uses them (a tile.trans, then the dot,
- * whose wgmma is complete when it returns): the stage is released after
- * the last such op, or right after the wait when nothing reads it. */
+/* Consumer: where in blk each waited stage is free again, as the
+ * warp-roles pass decided (nv.free_after: that many ops after the wait). */
 static void plan_releases(Cg *cg, const Block *blk) {
     for (const Op *w = blk->first; w; w = w->next) {
-        if (w->kind != OP_WAIT)
+        Attr *after = w->kind == OP_WAIT ? op_attr(w, "nv.free_after") : NULL;
+        if (!after)
             continue;
-        const Value *buf = token_buffer(w->operands[0]);
         const Op *last = w;
-        Map readers;
-        map_init(&readers, false);
-        for (const Op *x = w->next; x && buf; x = x->next) {
-            if (x->kind == OP_WAIT && token_buffer(x->operands[0]) == buf)
-                break;
-            bool reads = (x->kind == OP_LOAD && x->operands[0] == buf) || uses_any(x, &readers);
-            if (reads) {
-                last = x;
-                for (int r = 0; r < x->nresults; r++)
-                    if (x->kind == OP_LOAD || x->kind == OP_TRANS)
-                        map_put(cg->a, &readers, x->results[r], (void *)1);
-            }
-        }
+        for (int64_t k = 0; k < after->i && last->next; k++)
+            last = last->next;
         PtrVec *v = map_get(&cg->releases, last);
         if (!v) {
             v = NEW(cg->a, PtrVec);
@@ -949,17 +923,8 @@ static void plan_releases(Cg *cg, const Block *blk) {
     }
 }
 
-/* The ops the producer warpgroup runs: the copies, the loops around them
- * and the index arithmetic they need (no tiles: nothing it computes is a
- * tile, so no shared memory, no barrier). */
-static bool producer_runs(const Op *op) {
-    switch (op->kind) {
-    case OP_CONSTANT: case OP_DIM: case OP_COPY_ASYNC: case OP_FOR: return true;
-    default: break;
-    }
-    /* scalars: arithmetic, and elements read from memory */
-    return (op_kind_has(op->kind, OPF_ELEMENTWISE) || op->kind == OP_GATHER) && op->results[0]->type->kind != TY_TILE;
-}
+/* The ops the producer warpgroup runs (warp-roles' nv.producer). */
+static bool producer_runs(const Op *op) { return op_attr(op, "nv.producer") != NULL; }
 
 void release_stages(Cg *cg, const Op *op) {
     PtrVec *free = cg->role == ROLE_CONSUMER ? map_get(&cg->releases, op) : NULL;

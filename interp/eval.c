@@ -1215,7 +1215,29 @@ static bool eval_op(Interp *in, const Op *op) {
 
 /* Runs a block up to its terminator; the terminator's operands go to
  * `yielded` (when given). */
+/* A stage the consumers release (warp-roles' nv.free_after) holds poison
+ * from then on: the producer may be filling it again. */
+static void poison_stage(Copy *c) {
+    int64_t n = 1;
+    for (int a = 1; a < c->dst->rank; a++)
+        n *= c->dst->dims[a];
+    for (int64_t e = 0; e < n; e++)
+        c->dst->data[c->stage * n + e] = interp_poison();
+}
+
+/* The copy a tile.wait waited for. */
+static Copy *waited_copy(Interp *in, const Op *wait) {
+    int64_t seq = (int64_t)get(in, wait->operands[0])->data[0];
+    return seq >= 0 && seq < in->copies.len ? in->copies.items[seq] : NULL;
+}
+
 static bool eval_block(Interp *in, const Block *b, Tensor **yielded) {
+    enum { MAX_HELD = 16 };
+    struct Held {
+        Copy *copy;
+        int64_t ops_left;
+    } held[MAX_HELD];   /* stages to release, as ops pass */
+    int nheld = 0;
     for_each_op(op, b) {
         if (op_info[op->kind].flags & OPF_TERMINATOR) {
             for (int i = 0; yielded && i < op->noperands; i++)
@@ -1224,6 +1246,19 @@ static bool eval_block(Interp *in, const Block *b, Tensor **yielded) {
         }
         if (!eval_op(in, op))
             return false;
+        for (int i = 0; i < nheld; i++)
+            if (--held[i].ops_left == 0) {
+                poison_stage(held[i].copy);
+                held[i--] = held[--nheld];
+            }
+        Attr *after = op->kind == OP_WAIT ? op_attr(op, "nv.free_after") : NULL;
+        Copy *c = after ? waited_copy(in, op) : NULL;
+        if (c && after->i == 0)
+            poison_stage(c);
+        else if (c && nheld < MAX_HELD)
+            held[nheld++] = (struct Held){c, after->i};
+        else if (c)
+            return fail(in, op, "more than 16 stages held at once");
     }
     return fail(in, b->parent ? b->parent->parent : NULL, "a block without a terminator");
 }

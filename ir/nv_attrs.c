@@ -115,7 +115,7 @@ bool nv_attr_check(const Op *op, const NamedAttr *at, const char *target, char *
         if (strcmp(r->name, at->name) != 0)
             continue;
         named = named ? named : r;
-        if (!has_word(r->ops, opname))
+        if (strcmp(r->ops, "*") != 0 && !has_word(r->ops, opname))
             continue;
         on_op = on_op ? on_op : r;
         size_t used = strlen(targets);

@@ -79,6 +79,8 @@ bool pass_sm70_layout(Op *module, PassContext *ctx);
 bool pass_sm80_layout(Op *module, PassContext *ctx);
 bool pass_sm90a_layout(Op *module, PassContext *ctx);
 bool pass_softmax_overlap(Op *module, PassContext *ctx);
+bool pass_warp_roles(Op *module, PassContext *ctx);
+bool pass_test_early_release(Op *module, PassContext *ctx);
 bool pass_test_softmax_overlap_no_tail(Op *module, PassContext *ctx);
 
 #endif
