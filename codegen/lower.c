@@ -1257,21 +1257,6 @@ static void emit_specialised(Cg *cg, const Block *body) {
     emit_tiles(cg, body);
 }
 
-/* The widest result of a tile.dot in blk (0: none). */
-static int64_t max_dot_cols(const Block *blk) {
-    int64_t most = 0;
-    for (const Op *op = blk->first; op; op = op->next) {
-        if (op->kind == OP_DOT && op->results[0]->type->dims[1].size > most)
-            most = op->results[0]->type->dims[1].size;
-        for (int r = 0; r < op->nregions; r++)
-            for (int k = 0; k < op->regions[r].nblocks; k++) {
-                int64_t m = max_dot_cols(op->regions[r].blocks[k]);
-                most = m > most ? m : most;
-            }
-    }
-    return most;
-}
-
 bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info) {
     Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target_lookup(target->name)};
@@ -1310,15 +1295,18 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
     Attr *producer = op_attr(launch, "nv.producer_warps"), *pingpong = op_attr(launch, "nv.pingpong");
     cg->producer_warps = producer ? (int)producer->i : 0;
-    cg->pingpong = pingpong && pingpong->i && cg->producer_warps && cg->nwarps >= 8;
+    cg->pingpong = pingpong && pingpong->i;
+    if (cg->pingpong && (!cg->producer_warps || cg->nwarps < 8))
+        return cg_err(cg, launch, "internal error: nv.pingpong needs warp specialisation and two consumer warpgroups",
+                      NULL);
     Attr *overlap = op_attr(launch, "nv.overlap");
     cg->lazy_dots = overlap && overlap->i;
     Attr *persistent = op_attr(launch, "nv.persistent");
     cg->persistent = persistent && persistent->i;
     Attr *per_sm = op_attr(launch, "nv.blocks_per_sm");
     cg->blocks_per_sm = per_sm ? (int)per_sm->i : 1;
-    if (cg->blocks_per_sm != 1 && (cg->blocks_per_sm != 2 || !cg->producer_warps))
-        return cg_err(cg, launch, "internal error: nv.blocks_per_sm must be 2, under warp specialisation", NULL);
+    if (cg->blocks_per_sm != 1 && cg->blocks_per_sm != 2)
+        return cg_err(cg, launch, "internal error: nv.blocks_per_sm must be 1 or 2", NULL);
     if (cg->persistent && !cg->producer_warps)
         return cg_err(cg, launch, "internal error: nv.persistent needs warp specialisation (nv.producer_warps)", NULL);
     if (cg->producer_warps && (cg->producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
@@ -1472,16 +1460,10 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     };
     LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                 LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
-    /* a plain (not warp-specialised) kernel the softmax overlap rotated,
-     * whose dots are at most 64 wide (head dim 64, 64 key rows): two
-     * blocks an SM, so ptxas keeps it within 128 registers (it does so
-     * without spills; 155 registers without the bound, one block an SM).
-     * Wider score tiles spilled hundreds of bytes under the bound. */
-    int min_blocks = cg->producer_warps ? cg->blocks_per_sm
-                     : cg->lazy_dots && launch_threads <= 256 && max_dot_cols(body) <= 64 &&
-                               2 * cg->smem_bytes <= cg->info->smem_limit
-                         ? 2
-                         : 0;
+    /* as the passes decided (nv.blocks_per_sm: sm90a-layout under warp
+     * specialisation, softmax-overlap for plain kernels it rotated); a
+     * warp-specialised kernel always says, for setmaxnreg */
+    int min_blocks = cg->producer_warps || cg->blocks_per_sm > 1 ? cg->blocks_per_sm : 0;
     if (min_blocks) {
         LLVMMetadataRef min[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "minctasm", 8),
                                   LLVMValueAsMetadata(ci32(cg, min_blocks))};

@@ -731,7 +731,7 @@ static void tma_stores(Arena *a, const Block *body) {
 /* The shared memory a launch's 16-bit buffers take (its swizzled allocs,
  * the tiles TMA stores through a buffer of their own), and 4 KiB for its
  * mbarriers and row vectors, as tiling's fit_keys counts. */
-static int64_t buffer_bytes(const Block *body) {
+int64_t nv_buffer_bytes(const Block *body) {
     int64_t bytes = 4096;
     for (const Op *op = body->first; op; op = op->next) {
         const Type *t = op->kind == OP_ALLOC && op_attr(op, "nv.swizzle") ? op->results[0]->type
@@ -929,7 +929,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
              * in a 128-row tile but each with its own producer, tiles and
              * epilogue (2026-12-02, head dim 64 causal N 512: 201 → 235
              * TFLOP/s at 64 × 64; one block an SM before) */
-            if (warps == 4 && 2 * buffer_bytes(body) <= l->t->smem_limit)
+            if (warps == 4 && 2 * nv_buffer_bytes(body) <= l->t->smem_limit)
                 op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
             /* ping-pong between consumer warpgroups, a turn holding Q·Kᵀ(j)
              * and P·V(j−1). Default (2026-12-02, H200, same run): on where

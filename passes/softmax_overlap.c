@@ -36,6 +36,7 @@
  */
 #include "passes/builder.h"
 #include "passes/passes.h"
+#include "passes/target.h"
 
 #include <string.h>
 
@@ -309,6 +310,34 @@ static bool has_tma(const Block *blk) {
     return false;
 }
 
+/* The widest result of a tile.dot in blk (0: none). */
+static int64_t max_dot_cols(const Block *blk) {
+    int64_t most = 0;
+    for (const Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_DOT && op->results[0]->type->dims[1].size > most)
+            most = op->results[0]->type->dims[1].size;
+        for (int r = 0; r < op->nregions; r++)
+            for (int b = 0; b < op->regions[r].nblocks; b++) {
+                int64_t inner = max_dot_cols(op->regions[r].blocks[b]);
+                most = inner > most ? inner : most;
+            }
+    }
+    return most;
+}
+
+/* A plain (not warp-specialised) kernel the rotation made, whose dots are
+ * at most 64 wide (head dim 64, 64 key rows), of at most 256 threads: two
+ * blocks an SM where their buffers fit twice, so that ptxas keeps it within
+ * 128 registers (it does so without spills; 155 registers without the
+ * bound, one block an SM). Wider score tiles spilled hundreds of bytes
+ * under the bound. */
+static bool two_blocks_fit(const Op *launch) {
+    const Block *body = launch->regions[0].blocks[0];
+    Attr *warps = op_attr(launch, "nv.warps");
+    return !op_attr(launch, "nv.producer_warps") && warps && 32 * warps->i <= 256 && max_dot_cols(body) <= 64 &&
+           2 * nv_buffer_bytes(body) <= target_lookup("sm_90a")->smem_limit;
+}
+
 static bool run(Op *module, PassContext *ctx, bool no_tail) {
     for_each_op(func, op_body(module))
         for_each_op(launch, op_body(func)) {
@@ -334,6 +363,8 @@ static bool run(Op *module, PassContext *ctx, bool no_tail) {
                 op_set_attr(ctx->arena, launch, "nv.overlap", attr_int(ctx->arena, 1));
                 op = after->prev;   /* the tail (or the last loop) */
             }
+            if (op_attr(launch, "nv.overlap") && two_blocks_fit(launch))
+                op_set_attr(ctx->arena, launch, "nv.blocks_per_sm", attr_int(ctx->arena, 2));
         }
     return true;
 }
