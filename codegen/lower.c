@@ -134,13 +134,9 @@ static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
  * softmax-overlap launches, sm_80 except where P·V is at the register limit
  * (doc/codegen.md). */
 static bool skips_unit_scale(Cg *cg, const Op *op) {
-    if (op->kind != OP_MUL || !cg->target->may_skip_unit_scale)
+    if (!op_attr(op, "rescale") || !cg->target->may_skip_unit_scale)   /* online-softmax's O·α */
         return false;
-    const Value *x = op->operands[0], *a = op->operands[1];
-    return op->parent != cg->top && x->type->kind == TY_TILE && a->type->kind == TY_TILE &&
-           a->type->rank == 2 && a->type->dims[1].size == 1 && x->type->dims[1].size > 1 &&
-           x->type->elem == op->results[0]->type->elem && x->type->elem == SK_F32 &&
-           cg->target->may_skip_unit_scale(cg, op);
+    return op->parent != cg->top && op->results[0]->type->elem == SK_F32 && cg->target->may_skip_unit_scale(cg, op);
 }
 
 static void scale_unless_unit(Cg *cg, const Op *op, Dist **ops, const ScalarKind *ks, Dist *r, const Pos *ps, int n) {

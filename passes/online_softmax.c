@@ -205,7 +205,12 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     Value *l_new = b_bin(&b, OP_ADD, rescale ? b_bin(&b, OP_MUL, l, alpha) : l, b_row_reduce(&b, "sum", p));
     Value *pc = p->type->elem == pv.vtile->type->elem ? p : b_emit(&b, OP_CAST, type_with_elem(a, p->type, pv.vtile->type->elem), 1, &p);
     Value *alpha_acc = alpha->type->elem == dot_t ? alpha : b_cast(&b, alpha, dot_t);
-    Value *dops[3] = {pc, pv.vtile, rescale ? b_bin(&b, OP_MUL, acc, alpha_acc) : acc};
+    Value *scaled = acc;
+    if (rescale) {   /* O·α, tagged for the code generator (it may skip it where every α is 1) */
+        scaled = b_bin(&b, OP_MUL, acc, alpha_acc);
+        op_set_attr(a, scaled->def, "rescale", attr_bool(a, true));
+    }
+    Value *dops[3] = {pc, pv.vtile, scaled};
     Value *acc_new = b_emit(&b, OP_DOT, acc->type, 3, dops);
     Value *yields[3] = {m_new, l_new, acc_new};
     Op *y = op_create(a, OP_TILE_YIELD, 3, yields, 0, NULL, 0);
