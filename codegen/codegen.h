@@ -23,7 +23,7 @@ typedef enum CodegenEmit { CG_EMIT_PTX, CG_EMIT_LLVM } CodegenEmit;
 /* The manifest format written (doc/codegen.md); libattnrt refuses others. */
 #define ATTNC_MANIFEST_VERSION 2
 
-/* True for the targets codegen can emit (passes/target.c: sm_70, sm_80). */
+/* True for the targets codegen can emit (target/target.c: sm_70, sm_80 and sm_90a). */
 bool codegen_supports(const char *arch);
 
 /* Lowers a module already through the target's pipeline (nv IR) to PTX

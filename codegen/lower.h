@@ -36,7 +36,7 @@
 #define ATTNC_LOWER_H
 
 #include "codegen/cg.h"
-#include "passes/target.h"
+#include "target/target.h"
 
 /* C11 has no PI & co. */
 #define LOG2E 1.4426950408889634

@@ -8,7 +8,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "codegen/cg.h"
-#include "passes/target.h"
+#include "target/target.h"
 
 bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_ir, char **text, size_t *len) {
     const Target *t = target_lookup(arch);

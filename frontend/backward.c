@@ -26,7 +26,7 @@
  * A mask hides scores, so hidden entries have P = 0 and zero gradient.
  */
 #include "frontend/frontend.h"
-#include "passes/builder.h"
+#include "ir/builder.h"
 
 #include <math.h>
 #include <string.h>

@@ -20,7 +20,8 @@
  *              pure and elementwise: no reductions, no q/k/v, tensors indexed
  */
 #include "frontend/frontend.h"
-#include "passes/target.h"
+#include "target/schedule.h"
+#include "target/target.h"
 
 #include <math.h>
 #include <string.h>
@@ -1391,44 +1392,24 @@ static void lower_schedule(Sema *s, const Item *it) {
     bool mlp = block->kind == I_MLP;
     for (int i = 0; i < it->ndirectives; i++) {
         const Directive *dr = &it->directives[i];
-        int want;
-        int64_t lo, hi, multiple;
-        if (strcmp(dr->name, "tile") == 0) {
-            want = mlp ? 3 : 2; lo = 16; hi = 256; multiple = 16;
-        } else if (strcmp(dr->name, "stages") == 0) {
-            want = 1; lo = 1; hi = 8; multiple = 1;
-        } else if (strcmp(dr->name, "warps") == 0) {
-            want = 1; lo = 1; hi = 16; multiple = 1;
-        } else if (strcmp(dr->name, "group") == 0) {   /* GEMM programs in groups of N row tiles */
-            want = 1; lo = 1; hi = 64; multiple = 1;
-            if (!mlp) {
-                diag_error(s->d, s->src, dr->loc, "'group' is a schedule directive of mlp blocks (the order "
-                           "in which a GEMM's output tiles start)");
-                continue;
-            }
-        } else if (strcmp(dr->name, "deterministic") == 0) {   /* the backward's dQ without atomics */
-            want = 0; lo = 0; hi = 0; multiple = 1;
-            if (mlp) {
-                diag_error(s->d, s->src, dr->loc, "'deterministic' is a schedule directive of attention blocks "
-                           "(it makes their backward's dq the same bits on every run)");
-                continue;
-            }
-        } else if (strcmp(dr->name, "producer") == 0 || strcmp(dr->name, "pingpong") == 0 ||
-                   strcmp(dr->name, "overlap") == 0 || strcmp(dr->name, "persistent") == 0) {   /* sm_90a: 1 on, 0 off */
-            want = 1; lo = 0; hi = 1; multiple = 1;
-            if (strcmp(it->target, "sm_90a") != 0) {
-                diag_error(s->d, s->src, dr->loc, "'%s' is a schedule directive of sm_90a only (%s)", dr->name,
-                           strcmp(dr->name, "producer") == 0   ? "warp specialisation"
-                           : strcmp(dr->name, "pingpong") == 0 ? "warpgroup ping-pong"
-                           : strcmp(dr->name, "overlap") == 0  ? "the softmax overlapped with P·V"
-                                                               : "blocks that loop over the tiles");
-                continue;
-            }
-        } else {
+        const ScheduleInfo *info = schedule_lookup(dr->name);
+        if (!info) {
             diag_error(s->d, s->src, dr->loc, "unknown schedule directive '%s'", dr->name);
-            diag_note(s->d, s->src, dr->loc, "directives are tile, stages, warps, group, producer, pingpong, overlap, persistent and deterministic");
+            diag_note(s->d, s->src, dr->loc, "directives are %s", schedule_names());
             continue;
         }
+        int want = mlp ? info->mlp_args : info->attn_args;
+        if (want < 0) {
+            diag_error(s->d, s->src, dr->loc, "'%s' is a schedule directive of %s blocks (%s)", dr->name,
+                       mlp ? "attention" : "mlp", info->what);
+            continue;
+        }
+        if (info->target && strcmp(it->target, info->target) != 0) {
+            diag_error(s->d, s->src, dr->loc, "'%s' is a schedule directive of %s only (%s)", dr->name, info->target,
+                       info->what);
+            continue;
+        }
+        int64_t lo = info->lo, hi = info->hi;
         if (attrs_get(sched->entries, sched->n, dr->name)) {
             diag_error(s->d, s->src, dr->loc, "'%s' is given twice in one schedule", dr->name);
             continue;
@@ -1436,7 +1417,7 @@ static void lower_schedule(Sema *s, const Item *it) {
         if (dr->nargs != want) {
             diag_error(s->d, s->src, dr->loc, "'%s' takes %d value%s%s, not %d", dr->name, want,
                        want == 1 ? "" : "s",
-                       strcmp(dr->name, "tile") ? "" : mlp ? " (M, N, K) for an mlp block"
+                       info != &schedule_info[SCHED_TILE] ? "" : mlp ? " (M, N, K) for an mlp block"
                                                            : " (query rows, key rows) for an attention block",
                        dr->nargs);
             continue;
@@ -1450,15 +1431,17 @@ static void lower_schedule(Sema *s, const Item *it) {
                 continue;
             }
             bool pow2 = x > 0 && (x & (x - 1)) == 0;
-            if (hi == 1 && (x < lo || x > hi)) {   /* a switch */
+            if ((info->flags & SD_SWITCH) && (x < lo || x > hi)) {
                 diag_error(s->d, s->src, dr->arg_locs[j], "%s must be 0 (off) or 1 (on), not %lld", dr->name,
                            (long long)x);
                 ok = false;
-            } else if (x < lo || x > hi || x % multiple || (strcmp(dr->name, "warps") == 0 && !pow2)) {
+            } else if (x < lo || x > hi || ((info->flags & SD_MULTIPLE_16) && x % 16) ||
+                       ((info->flags & SD_POW2) && !pow2)) {
                 diag_error(s->d, s->src, dr->arg_locs[j], "%s must be %s between %lld and %lld, not %lld",
                            dr->name,
-                           strcmp(dr->name, "tile") == 0 ? "a multiple of 16"
-                           : strcmp(dr->name, "warps") == 0 ? "a power of two" : "a count",
+                           info->flags & SD_MULTIPLE_16 ? "a multiple of 16"
+                           : info->flags & SD_POW2      ? "a power of two"
+                                                        : "a count",
                            (long long)lo, (long long)hi, (long long)x);
                 ok = false;
             }

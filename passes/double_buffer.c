@@ -21,9 +21,10 @@
  * gives wrong results. The twins `test-double-buffer-no-wait` and
  * `test-double-buffer-wrong-stage` make exactly those mistakes.
  */
-#include "passes/builder.h"
+#include "ir/builder.h"
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/schedule.h"
+#include "target/target.h"
 
 #include <string.h>
 
@@ -352,9 +353,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
 }
 
 static int64_t stages_for(const Op *func, const char *arch) {
-    Attr *all = op_attr(func, "schedule");
-    Attr *s = all && arch ? attrs_get(all->entries, all->n, arch) : NULL;
-    Attr *st = s ? attrs_get(s->entries, s->n, "stages") : NULL;
+    Attr *st = schedule_directive(func, arch, SCHED_STAGES);
     const Target *t = target_lookup(arch);
     return st && st->i >= 2 ? st->i : t ? t->stages : 2;
 }

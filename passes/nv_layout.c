@@ -71,9 +71,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "passes/builder.h"
+#include "ir/builder.h"
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/target.h"
 
 typedef enum { SM70, SM80, SM90 } Gen;
 
@@ -839,7 +839,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * a warp per 16 rows. */
         if (l->gen == SM80 && rows == 128 && (s.carried_cols + s.dot_cols > 192 || s.gathers_per_score))
             warps = 8;
-        Attr *hint = op_attr(launch, "warps");   /* the schedule's warps(N) */
+        Attr *hint = op_attr(launch, "schedule.warps");
         if (l->gen == SM90) {   /* a warpgroup (4 warps) per 64 rows, each warp 16 */
             const Op *narrow = narrow_shared_tile(l, body, body);
             const char *why =
@@ -916,7 +916,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
          * over every key (head dim 64, no mask), which without it fit two
          * blocks per SM and run faster so, and for GEMMs (no score tile;
          * the same speed either way). The schedule's producer(0|1) decides. */
-        Attr *ws = op_attr(launch, "producer"), *pp = op_attr(launch, "pingpong");
+        Attr *ws = op_attr(launch, "schedule.producer"), *pp = op_attr(launch, "schedule.pingpong");
         bool wide = s.dot_cols > 64 || (s.dot_cols && s.carried_cols > 128);
         bool band = keys_follow_queries(a, body, body->args[0]);   /* causal, windows */
         bool specialise = ws ? ws->i != 0 : wide || band;
@@ -949,7 +949,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
              * 256 (O's buffer then would not fit beside the stages; with O
              * from registers it was 15 % slower). The schedule's
              * persistent(0|1) decides. Needs grid z = 1. */
-            Attr *ps = op_attr(launch, "persistent");
+            Attr *ps = op_attr(launch, "schedule.persistent");
             bool persist = ps ? ps->i != 0 : s.dot_cols && s.carried_cols <= 128;
             const Op *z = launch->operands[2]->def;
             if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)

@@ -28,7 +28,7 @@
  * The test-only twin `test-online-softmax-no-rescale` leaves out the
  * rescaling by α, which the interpreter must catch.
  */
-#include "passes/builder.h"
+#include "ir/builder.h"
 #include "passes/passes.h"
 
 #include <float.h>

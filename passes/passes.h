@@ -5,8 +5,7 @@
  * registry.c under the name attnc-opt's -passes= uses.
  *
  *   registry.c   the table of passes; the pass manager (verify, print, time)
- *   target.c     the target table: each target's facts and pass pipeline
- *   pipeline.c   runs a target's pipeline
+ *   pipeline.c   runs a target's pipeline (target/target.c lists them)
  *   dce.c        dead-code elimination of pure ops
  *   cse.c        common subexpression elimination (constants, index arithmetic)
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
@@ -14,6 +13,9 @@
  *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
  *   online_softmax.c  the softmax's three key loops -> one, with running max/sum/rescale
  *   double_buffer.c   loads of iteration it + S - 1 copied async into S shared stages
+ *   nv_layout.c  tile IR -> nv IR per target (sm70-, sm80-, sm90a-layout)
+ *   softmax_overlap.c  sm_90a key loops rotated: P·V during the next softmax
+ *   warp_roles.c sm_90a warp-specialised launches: the producer's ops, stage releases
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite
  */
 #ifndef ATTNC_PASSES_H

@@ -1,6 +1,6 @@
 /* pipeline.c — runs a target's pass pipeline (the lists are in target.c). */
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/target.h"
 
 #include <string.h>
 

@@ -34,9 +34,9 @@
  * checks, with --check-each-pass, like any pass; the broken twin
  * test-softmax-overlap-no-tail forgets the tail and fails that check).
  */
-#include "passes/builder.h"
+#include "ir/builder.h"
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/target.h"
 
 #include <string.h>
 
@@ -348,7 +348,7 @@ static bool run(Op *module, PassContext *ctx, bool no_tail) {
              * and 256 (up to 14 %); not in plain TMA kernels, where it
              * lost 27-30 % (head dim 64 without a mask: 155 registers
              * instead of 124, one block an SM instead of two) */
-            Attr *on = op_attr(launch, "overlap");
+            Attr *on = op_attr(launch, "schedule.overlap");
             if (on ? !on->i : !op_attr(launch, "nv.producer_warps"))
                 continue;
             Block *top = launch->regions[0].blocks[0];

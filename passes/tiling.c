@@ -33,9 +33,10 @@
  * stay as they are). Guarantees: the same values up to the order of the
  * softmax's additions (checked by the interpreter).
  */
-#include "passes/builder.h"
+#include "ir/builder.h"
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/schedule.h"
+#include "target/target.h"
 
 #include <math.h>
 #include <string.h>
@@ -219,29 +220,21 @@ static void redirect(Op *op) {
 
 /* ---- tile sizes ------------------------------------------------------------- */
 
-/* A directive of the block's schedule for arch (tile, stages, warps, group), or NULL. */
-static Attr *schedule_directive(const Op *func, const char *arch, const char *name) {
-    Attr *all = op_attr(func, "schedule");
-    Attr *s = all ? attrs_get(all->entries, all->n, arch) : NULL;
-    return s ? attrs_get(s->entries, s->n, name) : NULL;
-}
-
 static int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t fallback) {
-    Attr *tile = schedule_directive(func, arch, "tile");
+    Attr *tile = schedule_directive(func, arch, SCHED_TILE);
     return tile && tile->kind == AT_ARRAY && axis < tile->n ? tile->elems[axis]->i : fallback;
 }
 
-/* The schedule's warps(N), recorded on the launch for the target lowering
- * (which checks that it splits the row tile into 16-row blocks). */
-static void schedule_warps(PassContext *ctx, const Op *func, Op *launch) {
-    Attr *w = schedule_directive(func, ctx->arch, "warps");
-    if (w)
-        op_set_attr(ctx->arena, launch, "warps", attr_int(ctx->arena, w->i));
-    static const char *const sm90a[] = {"producer", "pingpong", "overlap", "persistent"};   /* sm90a-layout, softmax-overlap */
-    for (int i = 0; i < 4; i++) {
-        Attr *p = schedule_directive(func, ctx->arch, sm90a[i]);
-        if (p)
-            op_set_attr(ctx->arena, launch, sm90a[i], attr_int(ctx->arena, p->i));
+/* The directives the target lowering decides by (warps, and sm_90a's
+ * producer, pingpong, overlap, persistent: schedule.def's SD_ON_LAUNCH),
+ * recorded on the launch as schedule.NAME for sm90a-layout and
+ * softmax-overlap (which check them: warps(N) must split the row tile into
+ * 16-row blocks). */
+static void schedule_on_launch(PassContext *ctx, const Op *func, Op *launch) {
+    for (int i = 0; i < SCHED__COUNT; i++) {
+        Attr *v = schedule_info[i].flags & SD_ON_LAUNCH ? schedule_directive(func, ctx->arch, (ScheduleId)i) : NULL;
+        if (v)
+            op_set_attr(ctx->arena, launch, schedule_launch_attr((ScheduleId)i), attr_int(ctx->arena, v->i));
     }
 }
 
@@ -271,7 +264,7 @@ static int64_t default_tile(const char *arch, bool attention, int axis, int64_t 
  * (too large a one is the code generator's clear error). */
 static int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64_t D) {
     const Target *t = target_lookup(arch);
-    Attr *st = schedule_directive(func, arch, "stages");
+    Attr *st = schedule_directive(func, arch, SCHED_STAGES);
     int64_t stages = st && st->i >= 2 ? st->i : t->stages ? t->stages : 2;
     while (BN > 16 && 2 * (BM * D + 2 * stages * BN * D) > t->smem_limit - 4096)   /* 4 KiB: barriers, row vectors */
         BN /= 2;
@@ -325,10 +318,10 @@ static bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
                       b_ceildiv(&outer, b_dim(&outer, rt->dims[0]), BM), b_index(&outer, 1)};
     Value **args;
     Op *l = new_launch(&outer, g, grid, nin, g->operands, &args);
-    schedule_warps(ctx, func, l);
+    schedule_on_launch(ctx, func, l);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, g->loc};
     Value *A = args[3], *out = args[3 + nin];
-    Attr *group = schedule_directive(func, ctx->arch, "group");
+    Attr *group = schedule_directive(func, ctx->arch, SCHED_GROUP);
     Value *mt, *nt;
     gemm_tile_of(&b, args[0], args[1], rt, BM, BN, group ? group->i : target_lookup(ctx->arch)->gemm_group, &mt, &nt);
     Value *m0 = b_bin(&b, OP_MUL, mt, b_index(&b, BM)), *n0 = b_bin(&b, OP_MUL, nt, b_index(&b, BN));
@@ -547,7 +540,7 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
                       b_index(outer, 1)};
     Value **args;
     Op *l = new_launch(outer, att, grid, nin, inputs, &args);
-    schedule_warps(ctx, func, l);
+    schedule_on_launch(ctx, func, l);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, att->loc};
     t.b = &b;
     t.Q = args[3], t.K = args[4], t.V = args[5];
@@ -872,7 +865,7 @@ static void query_tile_index(Builder *b, Value **args, Dim Hq, int64_t BM, Value
 }
 
 static bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
-    bool deterministic = schedule_directive(func, ctx->arch, "deterministic") != NULL;
+    bool deterministic = schedule_directive(func, ctx->arch, SCHED_DETERMINISTIC) != NULL;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     if (qt->dims[3].sym || vt->dims[3].sym)
         return true;   /* symbolic head dims: the frontend never makes these */

@@ -5,7 +5,7 @@
  */
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/target.h"
 #include "tools/tool.h"
 
 #include <string.h>

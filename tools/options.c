@@ -1,6 +1,6 @@
 /* options.c — input and output handling shared by the tools. */
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/target.h"
 #include "tools/tool.h"
 
 #include <errno.h>

@@ -13,7 +13,7 @@
  */
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "passes/target.h"
+#include "target/target.h"
 
 #include <stdlib.h>
 #include <string.h>

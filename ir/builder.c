@@ -1,5 +1,5 @@
 /* builder.c — see builder.h. */
-#include "passes/builder.h"
+#include "ir/builder.h"
 
 Op *b_emit_op(Builder *b, OpKind k, int nres, Type **types, int n, Value **ops) {
     Op *op = op_create(b->a, k, n, ops, nres, types, 0);

@@ -2,7 +2,7 @@
  * differs between targets; the pipelines are Triton's make_ttir/make_ttgir
  * style: a list of pass names, target-independent passes first, then the
  * target's own lowering to nv IR. */
-#include "passes/target.h"
+#include "target/target.h"
 
 #include <stdio.h>
 #include <string.h>
