@@ -8,7 +8,8 @@
  *   sm70.c      Volta: mma.m8n8k4, register prefetch, P by shuffles
  *   sm80.c      Ampere: mma.m16n8k16, ldmatrix
  *   sm90a.c     Hopper: wgmma from 128-byte swizzled shared memory
- *   copy.c      cp.async copies and waits (sm_80, sm_90a)
+ *   cp_async.c  cp.async copies and waits (sm_80, sm_90a)
+ *   tma.c       TMA copies, stores, tensor maps and mbarriers (sm_90a)
  *   ptx.c       LLVM's NVPTX target: O3, then PTX text
  *
  * See doc/codegen.md for the layouts and the manifest format.

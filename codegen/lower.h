@@ -28,8 +28,10 @@
  *   smem.c     dynamic shared memory (live ranges), box copies through registers
  *   lower.c    the ops (loads, stores, reductions, loops) and the kernel,
  *              emitted once per warp role under warp specialisation (sm_90a)
- *   copy.c     cp.async box copies into shared stages, and their waits; TMA
- *              copies with tensor maps and mbarriers (sm_90a)
+ *   warp_specialise.c  sm_90a's producer and consumer warpgroups, ping-pong
+ *              turns, the persistent tile scheduler
+ *   cp_async.c cp.async box copies into shared stages, and their waits
+ *   tma.c      TMA copies and stores with tensor maps and mbarriers (sm_90a)
  *   sm70.c, sm80.c, sm90a.c   the targets: MMA fragments and operands
  */
 #ifndef ATTNC_LOWER_H
@@ -237,7 +239,7 @@ struct Cg {
     const Value *owner;               /* whose buffer smem_alloc makes now */
     const Block *top;                 /* the launch body */
     Map last_use;                     /* Value* -> index of its last top-level op + 1 */
-    /* TMA (sm_90a, copy.c): the tensor maps the kernel takes, the buffers
+    /* TMA (sm_90a, tma.c): the tensor maps the kernel takes, the buffers
      * TMA fills (alloc Value* -> 1) and their rings */
     int ntmaps;
     KernelTmap tmaps[8];
@@ -259,7 +261,7 @@ struct Cg {
     LLVMValueRef tiles_x, tiles_y;
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
     LLVMValueRef sched;          /* shared: the tile scheduler's slot (lower.c, emit_tiles) */
-    bool tma_stores;             /* a TMA store was issued: drain waits for it (copy.c) */
+    bool tma_stores;             /* a TMA store was issued: drain waits for it (tma.c) */
     bool tile_smem;              /* consumers allocated shared memory in this tile (smem.c): emit_tiles refuses it */
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
     Map releases;   /* consumer: Op* -> PtrVec* of the tile.waits whose stage is free after it */
@@ -297,7 +299,7 @@ void cg_barrier(Cg *cg);
  *   2 + w        warpgroup w's ping-pong turn (sm90a.c)
  *   2 + G        the tile scheduler's EMPTY: consumers arrive, the copier syncs
  *   3 + G + w    the scheduler's FULL for warpgroup w: the copier arrives, w syncs
- *   3 + 2G + w   warpgroup w alone (its slab of a TMA store, copy.c) */
+ *   3 + 2G + w   warpgroup w alone (its slab of a TMA store, tma.c) */
 typedef enum { NB_TURN, NB_SCHED_EMPTY, NB_SCHED_FULL, NB_WARPGROUP } NamedBarrier;
 /* bar.sync or bar.arrive ("sync", "arrive") on barrier `which` of warpgroup
  * wg (i32; ignored for NB_SCHED_EMPTY) among `threads` threads */
@@ -377,7 +379,7 @@ Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t r
 void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride, int64_t panel_rows, int swizzle);
 void emit_view_copy(Cg *cg, const Op *op, const Mem *m, View *w);
 
-/* ---- copy.c (cp.async: sm_80, sm_90a) ------------------------------------------- */
+/* ---- cp_async.c (sm_80, sm_90a) and tma.c (sm_90a) ------------------------------ */
 
 void cp_async_copy(Cg *cg, const Op *op);
 void cp_async_wait(Cg *cg, const Op *op);
@@ -418,6 +420,12 @@ void release_stages(Cg *cg, const Op *op);
 /* tile.wait's token, or NULL (reported). */
 const Token *wait_token(Cg *cg, const Op *op);
 /* One kernel for a launch, lowered for the target; see cg.h. */
+/* lower.c: the ops of blk, in the role cg->role (yv, ys: what its
+ * tile.yield yields, or NULL) */
+void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys);
+/* warp_specialise.c: a warp-specialised kernel's body, once per role */
+void emit_specialised(Cg *cg, const Block *body);
+
 bool emit_kernel(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info);
 

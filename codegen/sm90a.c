@@ -1,7 +1,7 @@
 /* sm90a.c — Hopper (sm_90a): tile.dot on wgmma.mma_async, behind lower.h's
  * CgTarget. It emits what passes/nv_layout.c's sm90a-layout decided
  * (doc/codegen.md). The kernel around the dots: TMA copies into the
- * double-buffering pass's stages with mbarriers (copy.c), issued by a
+ * double-buffering pass's stages with mbarriers (tma.c), issued by a
  * producer warpgroup under warp specialisation (lower.c); the consumer
  * warps run the dots and the softmax.
  *
@@ -18,7 +18,7 @@
  *                right after, or, in a launch softmax-overlap rotated
  *                (nv.overlap), at the first op that needs the result
  *                (complete), so the code between runs beside the dot
- *   copies       TMA (copy.c) into the swizzled stages, or cp.async with
+ *   copies       TMA (tma.c) into the swizzled stages, or cp.async with
  *                fence.proxy.async before the barrier that publishes them
  *                (wgmma reads shared memory through the async proxy)
  *   ping-pong    (nv.pingpong) the consumer warpgroups take turns at their

@@ -908,7 +908,7 @@ int attnrt_validate(const attnrt_module *m, const char *block, const attnrt_tens
  * shape changed since the last launch (the tensor is contiguous, checked).
  * An empty tensor gets a map over one element at a stand-in address: the
  * kernel copies no box that starts past a tensor's end, so it is never read
- * (codegen/copy.c's TMA copy), but the driver refuses size 0. */
+ * (codegen/tma.c's TMA copy), but the driver refuses size 0. */
 static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const *ptrs, Binding *bd) {
     const TensorSpec *ts = &b->tensors[tm->tensor];
     int64_t shape[ATTNRT_MAX_RANK];
