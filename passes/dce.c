@@ -22,28 +22,36 @@ static void release_uses(Op *op, Map *uses, Arena *a) {
             for_each_op(inner, op->regions[r].blocks[b]) release_uses(inner, uses, a);
 }
 
-/* Walks each block backwards so a chain of dead ops goes in one sweep. */
-static void sweep(Op *op, Map *uses, Arena *a) {
+/* Walks each block backwards so a chain of dead ops goes in one sweep.
+ * impure_too: the broken twin's mistake, ops with effects (stores) dropped
+ * like unused pure ones. */
+static void sweep(Op *op, Map *uses, Arena *a, bool impure_too) {
     for (int r = 0; r < op->nregions; r++)
         for (int bi = 0; bi < op->regions[r].nblocks; bi++)
             for (Op *x = op->regions[r].blocks[bi]->last, *prev; x; x = prev) {
                 prev = x->prev;
-                bool dead = (op_info[x->kind].flags & OPF_PURE) && x->nresults > 0;
+                bool dead = ((op_info[x->kind].flags & OPF_PURE) && x->nresults > 0) ||
+                            (impure_too && (x->kind == OP_STORE || x->kind == OP_ATOMIC_ADD));
                 for (int i = 0; dead && i < x->nresults; i++)
                     dead = map_get(uses, x->results[i]) == NULL || (intptr_t)map_get(uses, x->results[i]) == 0;
                 if (dead) {
                     release_uses(x, uses, a);
                     op_unlink(x);
                 } else {
-                    sweep(x, uses, a);
+                    sweep(x, uses, a, impure_too);
                 }
             }
 }
 
-bool pass_dce(Op *module, PassContext *ctx) {
+static bool run(Op *module, PassContext *ctx, bool impure_too) {
     Map uses;
     map_init(&uses, false);
     count_uses(module, &uses, ctx->arena);
-    sweep(module, &uses, ctx->arena);
+    sweep(module, &uses, ctx->arena, impure_too);
     return true;
 }
+
+bool pass_dce(Op *module, PassContext *ctx) { return run(module, ctx, false); }
+
+/* The broken twin: stores have no results anyone uses, and it removes them. */
+bool pass_test_dce_stores(Op *module, PassContext *ctx) { return run(module, ctx, true); }

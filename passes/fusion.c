@@ -40,6 +40,7 @@ typedef struct Fuser {
     Arena *a;
     Op *func;
     Map uses;
+    bool drop_mask;   /* the broken twin's mistake (test-fusion-drop-mask) */
 } Fuser;
 
 static int nuses(Fuser *f, const Value *v) { return (int)(intptr_t)map_get(&f->uses, v); }
@@ -161,7 +162,7 @@ static void fuse_attention(Fuser *f, Block *body, AttnMatch *m) {
     op_set_attr(f->a, att, "scale", attr_float(f->a, m->scale));
     if (m->score)
         region_take(&att->regions[0], &m->score->regions[0]);
-    if (m->mask)
+    if (m->mask && !f->drop_mask)
         region_take(&att->regions[1], &m->mask->regions[0]);
     /* before the first of the results' producers, after everything they read */
     Op *at = m->pv;
@@ -477,10 +478,15 @@ static void fuse_func(Fuser *f) {
     fixpoint(f, fuse_one_gemm);
 }
 
-bool pass_fusion(Op *module, PassContext *ctx) {
+static bool run(Op *module, PassContext *ctx, bool drop_mask) {
     for_each_op(func, op_body(module)) {
-        Fuser f = {.a = ctx->arena, .func = func};
+        Fuser f = {.a = ctx->arena, .func = func, .drop_mask = drop_mask};
         fuse_func(&f);
     }
     return true;
 }
+
+bool pass_fusion(Op *module, PassContext *ctx) { return run(module, ctx, false); }
+
+/* The broken twin: attention fused without its mask (every key seen). */
+bool pass_test_fusion_drop_mask(Op *module, PassContext *ctx) { return run(module, ctx, true); }

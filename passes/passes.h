@@ -85,6 +85,10 @@ bool pass_sm90a_layout(Op *module, PassContext *ctx);
 int64_t nv_buffer_bytes(const Block *body);
 bool pass_softmax_overlap(Op *module, PassContext *ctx);
 bool pass_warp_roles(Op *module, PassContext *ctx);
+bool pass_test_cse_ignore_attrs(Op *module, PassContext *ctx);
+bool pass_test_fusion_drop_mask(Op *module, PassContext *ctx);
+bool pass_test_tiling_rows_round_down(Op *module, PassContext *ctx);
+bool pass_test_dce_stores(Op *module, PassContext *ctx);
 bool pass_test_early_release(Op *module, PassContext *ctx);
 bool pass_test_softmax_overlap_no_tail(Op *module, PassContext *ctx);
 
