@@ -884,13 +884,7 @@ static void emit_op(Cg *cg, const Op *op) {
     default: break;
     }
     const char *name = op_info[op->kind].name;
-    if (op_kind_has(op->kind, OPF_ELEMENTWISE)) {
-        for (int i = 0; i < op->noperands && !cg->info->bf16; i++)
-            if (op->operands[i]->type->elem == SK_BF16) {
-                cg_err(cg, op, "%s", arena_printf(cg->a, "bf16 has no arithmetic on %s (%s has no bf16 MMA); use f16",
-                                                  cg->info->name, cg->info->family));
-                return;
-            }
+    if (op_kind_has(op->kind, OPF_ELEMENTWISE)) {   /* (bf16 where the target has none: refused by its layout pass) */
         emit_elementwise(cg, op);
         return;
     }

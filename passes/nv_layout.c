@@ -65,7 +65,8 @@
  *                              "smem.trans" ([K, N]: MN-major)
  *   tile.alloc, tile.load "scratch"   nv.swizzle  128
  *
- * Refuses what the target cannot do: bf16 on sm_70 (no bf16 MMA), an f16
+ * Refuses what the target cannot do (the one place that does: the code
+ * generator assumes it): bf16 on sm_70 (no bf16 MMA), an f16
  * accumulator with bf16 operands, row tiles that are not a multiple of 16.
  */
 #include <stdint.h>
@@ -241,7 +242,7 @@ static void scan(const Block *top, const Block *blk, Scan *s) {
             const Type *t = o->results[i]->type;
             if (t->kind == TY_TILE && t->rank == 2 && t->dims[0].size > s->rows)
                 s->rows = t->dims[0].size;
-            if ((t->kind == TY_TILE || t->kind == TY_MEMREF) && t->elem == SK_BF16 && !s->bf16)
+            if (t->kind != TY_TOKEN && t->elem == SK_BF16 && !s->bf16)   /* tiles, buffers and scalars */
                 s->bf16 = o;
             /* (a dot operand's load stays in shared memory: not a tile of the layout) */
             if (t->kind == TY_TILE && t->rank == 2 && t->dims[1].size > 1 &&
