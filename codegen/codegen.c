@@ -14,14 +14,14 @@
 
 static const CgTarget *const generators[] = {&sm70_target, &sm80_target, &sm90a_target};
 
-const CgTarget *cg_target(const char *arch) {
-    for (size_t i = 0; i < sizeof generators / sizeof *generators; i++)
-        if (strcmp(generators[i]->name, arch) == 0)
+const CgTarget *cg_target(const Target *t) {
+    for (size_t i = 0; t && i < sizeof generators / sizeof *generators; i++)
+        if (generators[i]->target == t)
             return generators[i];
     return NULL;
 }
 
-bool codegen_supports(const char *arch) { return cg_target(arch) != NULL; }
+bool codegen_supports(const char *arch) { return cg_target(target_lookup(arch)) != NULL; }
 
 /* Buffer names: func args are the inputs, launch results the outputs (when
  * returned) or temporaries. */
@@ -263,7 +263,7 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
 
 bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit emit, char **text,
                     size_t *len) {
-    const CgTarget *t = cg_target(arch);
+    const CgTarget *t = cg_target(target_lookup(arch));
     if (!t) {
         diag_plain(d, "no code generator for target '%s' yet (codegen targets: %s)", arch, target_codegen_names());
         return false;

@@ -1001,7 +1001,7 @@ void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
 
 bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info) {
-    Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target_lookup(target->name)};
+    Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target->target};
     cgs.short_shared = cgs.info->short_shared;
     Cg *cg = &cgs;
     map_init(&cg->vals, false);

@@ -156,7 +156,7 @@ typedef struct AccLayout {
 /* What a target's code generator provides (Triton's per-generation MMA
  * lowering: MMAv1 = sm70.c, MMAv2 = sm80.c). */
 typedef struct CgTarget {
-    const char *name;
+    const Target *target;   /* the target table's entry this generates for */
     /* the accumulator layout of the kernel's MMA (acc16: f16 accumulator) */
     AccLayout (*acc_layout)(bool acc16);
     /* (row, col), as i64 within a rows×cols tile, of ACC position p (0 along
@@ -205,7 +205,7 @@ void mma16_acc_set(Cg *cg, Dist *r, int a, int n8, int j, bool acc16, LLVMValueR
 /* two 16-bit A-operand elements (of P) as one b32 register */
 LLVMValueRef mma16_pack_a(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k);
 /* The code generator of a target, or NULL (codegen.c). */
-const CgTarget *cg_target(const char *arch);
+const CgTarget *cg_target(const Target *t);   /* NULL: no code generator */
 
 struct Cg {
     Arena *a;

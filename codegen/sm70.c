@@ -248,7 +248,7 @@ static void emit_wait(Cg *cg, const Op *op) {
 }
 
 const CgTarget sm70_target = {
-    .name = "sm_70",
+    .target = &target_sm70,
     .acc_layout = acc_layout,
     .acc_coords = acc_coords,
     .dot = emit_dot,

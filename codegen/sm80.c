@@ -487,7 +487,7 @@ static void emit_dot_pair(Cg *cg, const Op *first, const Op *second) {
 }
 
 const CgTarget sm80_target = {
-    .name = "sm_80",
+    .target = &target_sm80,
     .acc_layout = mma16_acc_layout,
     .acc_coords = mma16_acc_coords,
     .dot = emit_dot,

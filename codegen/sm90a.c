@@ -363,7 +363,7 @@ static bool may_skip_unit_scale(const Cg *cg, const Op *mul) {
 }
 
 const CgTarget sm90a_target = {
-    .name = "sm_90a",
+    .target = &target_sm90a,
     .acc_layout = mma16_acc_layout,
     .acc_coords = mma16_acc_coords,
     .dot = emit_dot,

@@ -38,78 +38,80 @@ static const char *const sm90a_pipeline[] = {
     NULL,
 };
 
-const Target targets[] = {
-    {
-        .name = "sm_70", .family = "Volta", .summary = "Volta: mma.sync.m8n8k4, register prefetch",
-        .ptx_features = "+ptx64", .codegen = true, .bf16 = false,
-        .smem_limit = 96 * 1024,
-        /* GEMM programs row tile by row tile (gemm_group 0): the grouped
-         * order was measured on the H200 only, and a V100's L2 is 6 MB */
-        .attn_tile = {64, 64}, .gemm_tile = {64, 64, 32}, .stages = 2,
-        /* tiles live in registers: 2 rows of 4096 are 64 values per thread */
-        .row_block = 2,
-        .pipeline = sm70_pipeline, .lowering = "sm70-layout",
-    },
-    {
-        .name = "sm_80", .family = "Ampere", .summary = "Ampere: mma.sync.m16n8k16, ldmatrix, cp.async",
-        .ptx_features = "+ptx70", .codegen = true, .bf16 = true,
-        /* a fragment or stage address in one register, not two (nvcc's
-         * choice too); on sm_70 it measured more registers (ptxas), so not */
-        .short_shared = true, .async_copies = true, .gemm_waits_together = true,
-        .smem_limit = 163 * 1024,
-        .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2,
-        /* GEMM programs in groups of 8 row tiles (Triton's GROUP_M): the
-         * weights are read from DRAM once a group, not once a row tile
-         * (bench/results/2026-12-03-h200/NOTES.md) */
-        .gemm_group = 8,
-        /* head dim 128: 32 key rows, so that 4 warps of 32 rows
-         * (FlashAttention-2's) hold O and the scores without spilling in
-         * the key loop (sm80-layout); at head dim 128 0.85 -> 0.92x
-         * FlashAttention-2 on the H200 against 128 x 64 with 8 warps
-         * (bench/results/2026-12-02-h200/NOTES.md) */
-        .attn_tile_d128 = {128, 32},
-        /* under a causal or window band 64 keys, 4 warps still: sm80.c's
-         * orderings for P·V keep it from spilling there, and it ran 2-7 %
-         * faster (2026-12-03); without the band's masks ptxas reloads three
-         * loop-invariant values from local memory per key tile, so plain
-         * attention keeps 32 keys (though 4-7 % faster so, 2026-12-03) */
-        .attn_tile_d128_band = {128, 64},
-        .row_block = 2,
-        .pipeline = sm80_pipeline, .lowering = "sm80-layout",
-    },
-    {
-        .name = "sm_90a", .family = "Hopper", .summary = "Hopper: TMA, mbarriers, warp specialisation, wgmma",
-        .ptx_features = "+ptx80", .codegen = true, .bf16 = true, .async_copies = true, .short_shared = true,
-        .smem_limit = 227 * 1024,
-        /* measured on the H200 (bench/results/): 128 x 128 at head dim
-         * 128 (2026-12-01) and at head dim 64 under a causal band (
-         * 2026-12-01, +3 to 8 %); at head dim 64 otherwise 192 x 128, three consumer
-         * warpgroups (2026-12-02: +11 to 21 % from N 2k on against
-         * 128 x 64; FlashAttention-3's choice too; causal lost up to 20 %
-         * at N <= 1k), but 128 x 64 where the hooks read tensors per key
-         * (a document mask spilled at 128 key rows) */
-        .attn_tile = {128, 128}, .attn_tile_d64 = {192, 128}, .attn_tile_d64_gathers = {128, 64},
-        /* short rows in 64 x 64 tiles, two blocks an SM (2026-12-02, f16:
-         * head dim 64 causal N 512 / 1k 201 / 281 -> 235 / 293 TFLOP/s;
-         * head dim 128 causal N 512 296 -> 315, but 1k 408 -> 378). Over
-         * every key head dim 64 ran faster in 192 x 128 with ping-pong
-         * (2026-12-02: N 1k 389 in 64 x 64, 415 so). Since the persistent
-         * consumers no longer wait for each other between tiles, 128 x 128
-         * is ahead at head dim 64 causal N 1k too (2026-12-02, two calls:
-         * +0.3 to +4.8 %, f16 and bf16) and 64 x 64 only at N 512 (+9 %) */
-        .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 512, .band_only = true},
-                       {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
-        .gemm_tile = {128, 128, 64}, .gemm_group = 8, .stages = 2,
-        .row_block = 2,
-        .pipeline = sm90a_pipeline, .lowering = "sm90a-layout",
-    },
+const Target target_sm70 = {
+    .name = "sm_70", .family = "Volta", .summary = "Volta: mma.sync.m8n8k4, register prefetch",
+    .ptx_features = "+ptx64", .codegen = true, .bf16 = false,
+    .smem_limit = 96 * 1024,
+    /* GEMM programs row tile by row tile (gemm_group 0): the grouped
+     * order was measured on the H200 only, and a V100's L2 is 6 MB */
+    .attn_tile = {64, 64}, .gemm_tile = {64, 64, 32}, .stages = 2,
+    /* tiles live in registers: 2 rows of 4096 are 64 values per thread */
+    .row_block = 2,
+    .pipeline = sm70_pipeline, .lowering = "sm70-layout",
 };
+
+const Target target_sm80 = {
+    .name = "sm_80", .family = "Ampere", .summary = "Ampere: mma.sync.m16n8k16, ldmatrix, cp.async",
+    .ptx_features = "+ptx70", .codegen = true, .bf16 = true,
+    /* a fragment or stage address in one register, not two (nvcc's
+     * choice too); on sm_70 it measured more registers (ptxas), so not */
+    .short_shared = true, .async_copies = true, .gemm_waits_together = true,
+    .smem_limit = 163 * 1024,
+    .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2,
+    /* GEMM programs in groups of 8 row tiles (Triton's GROUP_M): the
+     * weights are read from DRAM once a group, not once a row tile
+     * (bench/results/2026-12-03-h200/NOTES.md) */
+    .gemm_group = 8,
+    /* head dim 128: 32 key rows, so that 4 warps of 32 rows
+     * (FlashAttention-2's) hold O and the scores without spilling in
+     * the key loop (sm80-layout); at head dim 128 0.85 -> 0.92x
+     * FlashAttention-2 on the H200 against 128 x 64 with 8 warps
+     * (bench/results/2026-12-02-h200/NOTES.md) */
+    .attn_tile_d128 = {128, 32},
+    /* under a causal or window band 64 keys, 4 warps still: sm80.c's
+     * orderings for P·V keep it from spilling there, and it ran 2-7 %
+     * faster (2026-12-03); without the band's masks ptxas reloads three
+     * loop-invariant values from local memory per key tile, so plain
+     * attention keeps 32 keys (though 4-7 % faster so, 2026-12-03) */
+    .attn_tile_d128_band = {128, 64},
+    .row_block = 2,
+    .pipeline = sm80_pipeline, .lowering = "sm80-layout",
+};
+
+const Target target_sm90a = {
+    .name = "sm_90a", .family = "Hopper", .summary = "Hopper: TMA, mbarriers, warp specialisation, wgmma",
+    .ptx_features = "+ptx80", .codegen = true, .bf16 = true, .async_copies = true, .short_shared = true,
+    .smem_limit = 227 * 1024,
+    /* measured on the H200 (bench/results/): 128 x 128 at head dim
+     * 128 (2026-12-01) and at head dim 64 under a causal band (
+     * 2026-12-01, +3 to 8 %); at head dim 64 otherwise 192 x 128, three consumer
+     * warpgroups (2026-12-02: +11 to 21 % from N 2k on against
+     * 128 x 64; FlashAttention-3's choice too; causal lost up to 20 %
+     * at N <= 1k), but 128 x 64 where the hooks read tensors per key
+     * (a document mask spilled at 128 key rows) */
+    .attn_tile = {128, 128}, .attn_tile_d64 = {192, 128}, .attn_tile_d64_gathers = {128, 64},
+    /* short rows in 64 x 64 tiles, two blocks an SM (2026-12-02, f16:
+     * head dim 64 causal N 512 / 1k 201 / 281 -> 235 / 293 TFLOP/s;
+     * head dim 128 causal N 512 296 -> 315, but 1k 408 -> 378). Over
+     * every key head dim 64 ran faster in 192 x 128 with ping-pong
+     * (2026-12-02: N 1k 389 in 64 x 64, 415 so). Since the persistent
+     * consumers no longer wait for each other between tiles, 128 x 128
+     * is ahead at head dim 64 causal N 1k too (2026-12-02, two calls:
+     * +0.3 to +4.8 %, f16 and bf16) and 64 x 64 only at N 512 (+9 %) */
+    .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 512, .band_only = true},
+                   {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
+    .gemm_tile = {128, 128, 64}, .gemm_group = 8, .stages = 2,
+    .row_block = 2,
+    .pipeline = sm90a_pipeline, .lowering = "sm90a-layout",
+};
+
+const Target *const targets[] = {&target_sm70, &target_sm80, &target_sm90a};
 const int ntargets = sizeof targets / sizeof targets[0];
 
 const Target *target_lookup(const char *name) {
     for (int i = 0; name && i < ntargets; i++)
-        if (strcmp(targets[i].name, name) == 0)
-            return &targets[i];
+        if (strcmp(targets[i]->name, name) == 0)
+            return targets[i];
     return NULL;
 }
 
@@ -120,8 +122,8 @@ static const char *join(char *buf, size_t cap, bool codegen_only) {
     const Target *pick[8];
     int n = 0;
     for (int i = 0; i < ntargets && n < 8; i++)
-        if (!codegen_only || targets[i].codegen)
-            pick[n++] = &targets[i];
+        if (!codegen_only || targets[i]->codegen)
+            pick[n++] = targets[i];
     size_t len = 0;
     buf[0] = 0;
     for (int i = 0; i < n && len < cap; i++)

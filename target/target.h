@@ -3,7 +3,7 @@
  * names reads a field here instead: the pass pipelines, tile sizes, stage
  * counts, row blocks, shared-memory limits, PTX features, and whether a code
  * generator exists. The code generator's hooks for a target live in
- * codegen/ (codegen/lower.h's CgTarget), found by the target's name; this
+ * codegen/ (codegen/lower.h's CgTarget), each pointing at its Target; this
  * table is in the core library so that attnc-opt, which has no LLVM, reads
  * the same facts.
  */
@@ -61,7 +61,8 @@ typedef struct Target {
     const char *lowering;          /* the pass that makes the target IR; NULL: none yet */
 } Target;
 
-extern const Target targets[];
+extern const Target target_sm70, target_sm80, target_sm90a;
+extern const Target *const targets[];   /* each of them, in -arch order */
 extern const int ntargets;
 
 /* The target of that name, or NULL. */
