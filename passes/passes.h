@@ -13,7 +13,8 @@
  *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
  *   online_softmax.c  the softmax's three key loops -> one, with running max/sum/rescale
  *   double_buffer.c   loads of iteration it + S - 1 copied async into S shared stages
- *   nv_layout.c  tile IR -> nv IR per target (sm70-, sm80-, sm90a-layout)
+ *   nv_layout.c  tile IR -> nv IR (sm70-, sm80-, sm90a-layout), with the
+ *                targets' hooks in layout_sm70.c, layout_sm80.c, layout_sm90a.c
  *   softmax_overlap.c  sm_90a key loops rotated: P·V during the next softmax
  *   warp_roles.c sm_90a warp-specialised launches: the producer's ops, stage releases
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite

@@ -1,0 +1,304 @@
+/* layout_sm90a.c — Hopper's layout (sm90a-layout): wgmma operands in
+ * 128-byte swizzled shared panels, a warpgroup per 64 rows, TMA copies and
+ * stores, warp specialisation with its ping-pong, persistent blocks and two
+ * blocks an SM. nv_layout.c is the pass; warp_roles.c later marks the
+ * producer's ops and the stage releases. */
+#include "passes/nv_layout.h"
+
+#include <string.h>
+
+/* sm_90a: the first 16-bit shared tile (a buffer, or a global tile the dots
+ * read through shared memory) that 128-byte swizzled panels of 64 columns
+ * cannot hold, or NULL. */
+static const Op *narrow_shared_tile(const Lower *l, const Block *top, const Block *blk) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        const Type *t = op->results && op->nresults ? op->results[0]->type : NULL;
+        if ((op->kind == OP_ALLOC && is_16bit(t->elem) && t->rank >= 2 &&
+             (t->dims[t->rank - 1].sym || t->dims[t->rank - 1].size % 64 || t->dims[t->rank - 2].size % 8)) ||
+            (op->kind == OP_LOAD && op->operands[0]->type->space != AS_SHARED && is_dot_operand_load(l, top, op) &&
+             t->dims[1].size % 64))
+            return op;
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++) {
+                const Op *bad = narrow_shared_tile(l, top, op->regions[r].blocks[k]);
+                if (bad)
+                    return bad;
+            }
+    }
+    return NULL;
+}
+
+/* sm_90a: whether TMA can make this copy. The source is a tensor the
+ * kernel takes (the runtime encodes a tensor map over it: rank at most 5,
+ * 16-bit, its rows a multiple of 16 bytes: a static innermost dim), the box
+ * is rows of a contiguous run of the innermost dim, and the destination is
+ * [stages, rows <= 256, 64-column panels], 128-byte swizzled (what
+ * SWIZZLE_128B writes, a panel per TMA box). */
+static bool tma_box_ok(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols) {
+    const Type *st = src->type;
+    bool param = false;
+    for (int i = 3; i < top->nargs; i++)
+        param |= top->args[i] == src;
+    int inner = st->rank - 1;
+    return param && st->rank <= 5 && is_16bit(st->elem) && !st->dims[inner].sym &&
+           st->dims[inner].size * 2 % 16 == 0 && dims && dims->n == 2 && dims->elems[1]->i == inner &&
+           dims->elems[0]->i >= 0 && dims->elems[0]->i < inner && rows <= 256 && cols % 64 == 0;
+}
+
+static bool tma_copy_ok(const Block *top, const Op *op) {
+    const Type *dt = op->operands[1]->type;
+    const Op *alloc = op->operands[1]->def;
+    return dt->rank == 3 && tma_box_ok(top, op->operands[0], op_attr(op, "dims"), dt->dims[1].size, dt->dims[2].size) &&
+           alloc && op_attr(alloc, "nv.swizzle");
+}
+
+/* Moves [first, last] (a new buffer, its index constants, its copy) up
+ * past the pure ops, allocs and copies before it that define none of its
+ * operands: Q's copy then goes ahead of the first K/V copies, which
+ * double-buffer hoisted above Q's load. A persistent block's producer, which
+ * issues them in this order, so fetches the next tile's Q as soon as the
+ * consumers release the buffer, not after K's first stage is free too. */
+static void hoist_copy(Op *first, Op *last) {
+    Op *pos = first;
+    for (;;) {
+        Op *p = pos->prev;
+        if (!p || !((op_info[p->kind].flags & OPF_PURE) || p->kind == OP_ALLOC || p->kind == OP_COPY_ASYNC))
+            break;
+        bool used = false;
+        for (Op *o = first; o != last->next && !used; o = o->next)
+            for (int i = 0; i < o->noperands; i++)
+                for (int r = 0; r < p->nresults; r++)
+                    used |= o->operands[i] == p->results[r];
+        if (used)
+            break;
+        pos = p;
+    }
+    if (pos == first)
+        return;
+    Op *stop = last->next;
+    for (Op *o = first, *next; o != stop; o = next) {
+        next = o->next;
+        op_unlink(o);
+        op_insert_before(pos, o);
+    }
+}
+
+/* Under warp specialisation a global tile the dots read (Q, copied once into
+ * a shared scratch by the consumers) becomes a TMA copy the producer issues
+ * before the first K/V copies, into a one-stage buffer the consumers wait
+ * for and release after its last reader (FlashAttention-3's Q): the
+ * consumers no longer load it themselves, and a persistent block's producer
+ * fetches the next tile's Q while they finish this one. */
+static void tma_scratch_loads(Arena *a, Op *launch) {
+    Block *body = launch->regions[0].blocks[0];
+    for (Op *op = body->first, *next; op; op = next) {
+        next = op->next;
+        Attr *operand = op_attr(op, "nv.operand");
+        if (op->kind != OP_LOAD || !operand || strcmp(operand->s, "scratch") != 0)
+            continue;
+        const Type *t = op->results[0]->type;
+        if (t->rank != 2 || t->dims[0].sym || t->dims[1].sym ||
+            !tma_box_ok(body, op->operands[0], op_attr(op, "dims"), t->dims[0].size, t->dims[1].size))
+            continue;
+        Builder b = {a, NULL, op, op->loc};
+        Dim dims[3] = {{NULL, 1}, t->dims[0], t->dims[1]};
+        Type *bt = type_shaped(a, TY_MEMREF, t->elem, 3, dims);
+        bt->space = AS_SHARED;
+        Value *buf = b_emit(&b, OP_ALLOC, bt, 0, NULL);
+        op_set_attr(a, buf->def, "nv.swizzle", attr_int(a, 128));
+        int n = op->noperands - 1;
+        Value **ops = NEW_ARRAY(a, Value *, n + 3);
+        ops[0] = op->operands[0];
+        ops[1] = buf;
+        ops[2] = b_index(&b, 0);
+        memcpy(ops + 3, op->operands + 1, sizeof(Value *) * (size_t)n);
+        Type *tok = NEW(a, Type);
+        tok->kind = TY_TOKEN;
+        Value *copy = b_emit(&b, OP_COPY_ASYNC, tok, n + 3, ops);
+        op_set_attr(a, copy->def, "dims", op_attr(op, "dims"));
+        op_set_attr(a, copy->def, "nv.copy", attr_str(a, "tma"));
+        hoist_copy(buf->def, copy->def);
+        b_emit(&b, OP_WAIT, NULL, 1, &copy);
+        Value *lops[4] = {buf, b_index(&b, 0), b_index(&b, 0), b_index(&b, 0)};
+        Value *ld = b_emit(&b, OP_LOAD, op->results[0]->type, 4, lops);
+        op_set_attr(a, ld->def, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 1), attr_int(a, 2)}));
+        op_set_attr(a, ld->def, "nv.operand", attr_str(a, "smem"));
+        replace_all_uses(launch, op->results[0], ld);
+        op_unlink(op);
+    }
+}
+
+/* Under warp specialisation a 16-bit tile stored whole into an output the
+ * kernel takes (O) is stored by TMA (nv.store = "tma": through a swizzled
+ * shared buffer, codegen's tma_store). Head dim 256's 64 KB buffer fits
+ * only where it can take memory a dead buffer held (Q's): not persistent. */
+static void tma_stores(Arena *a, const Block *body) {
+    for (Op *op = body->first; op; op = op->next) {
+        if (op->kind != OP_STORE)
+            continue;
+        const Type *t = op->operands[1]->type;
+        if (t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym && !t->dims[1].sym &&
+            op->operands[0]->type->elem == t->elem &&
+            tma_box_ok(body, op->operands[0], op_attr(op, "dims"), t->dims[0].size, t->dims[1].size))
+            op_set_attr(a, op, "nv.store", attr_str(a, "tma"));
+    }
+}
+
+/* Whether v is computed from x; seen: the values already looked at (each
+ * once, so shared subexpressions cost nothing more). */
+static bool depends_on(Arena *a, Map *seen, const Value *v, const Value *x) {
+    if (v == x)
+        return true;
+    if (!v->def || map_get(seen, v))
+        return false;
+    map_put(a, seen, v, (void *)1);
+    for (int i = 0; i < v->def->noperands; i++)
+        if (depends_on(a, seen, v->def->operands[i], x))
+            return true;
+    return false;
+}
+
+/* Whether a loop's key range in blk depends on the query tile (pid x): a
+ * causal mask or a window. */
+static bool keys_follow_queries(Arena *a, const Block *blk, const Value *pid_x) {
+    Map seen;
+    map_init(&seen, false);
+    for (const Op *op = blk->first; op; op = op->next)
+        if (op->kind == OP_FOR && (depends_on(a, &seen, op->operands[0], pid_x) ||
+                                   depends_on(a, &seen, op->operands[1], pid_x)))
+            return true;
+    return false;
+}
+
+/* Whether every copy in blk can be a TMA copy (and there is one): a launch
+ * takes TMA for all its copies or none, so cp.async's group counts
+ * (nv.pending) never mix with mbarriers. */
+static bool tma_copies(const Block *top, const Block *blk, int *n) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_COPY_ASYNC && !tma_copy_ok(top, op))
+            return false;
+        *n += op->kind == OP_COPY_ASYNC;
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                if (!tma_copies(top, op->regions[r].blocks[k], n))
+                    return false;
+    }
+    return true;
+}
+
+/* sm_90a: every copy of the launch is a TMA copy (tma_copies). */
+static void annotate_tma(Arena *a, const Block *blk) {
+    for (Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_COPY_ASYNC)
+            op_set_attr(a, op, "nv.copy", attr_str(a, "tma"));
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                annotate_tma(a, op->regions[r].blocks[k]);
+    }
+}
+
+static void annotate_dot(const Lower *l, Op *op) {   /* wgmma: "row" A is K-major; B is K-major when stored [N, K] ("col") */
+    Arena *a = l->ctx->arena;
+    const char *al = operand_layout(op->operands[0]), *bl = operand_layout(op->operands[1]);
+    const char *acc = op->results[0]->type->elem == SK_F16 ? "f16" : "f32";
+    op_set_attr(a, op, "nv.a", attr_str(a, !*al ? "registers" : strcmp(al, "row") == 0 ? "smem" : "smem.trans"));
+    op_set_attr(a, op, "nv.b", attr_str(a, strcmp(bl, "col") == 0 ? "smem" : "smem.trans"));
+    op_set_attr(a, op, "nv.mma", attr_str(a, arena_printf(a, "wgmma.m64n%lldk16.%s.%s",
+                                                           (long long)op->results[0]->type->dims[1].size, acc,
+                                                           scalar_name(op->operands[1]->type->elem))));
+}
+
+/* A warpgroup (4 warps) per 64 rows, each warp 16; the schedule's warps(N)
+ * can only agree. */
+static bool pick_warps(const Lower *l, Op *launch, const Scan *s, int64_t rows, int *warps, Attr **hint) {
+    (void)s;
+    PassContext *ctx = l->ctx;
+    const Block *body = launch->regions[0].blocks[0];
+    const Op *narrow = narrow_shared_tile(l, body, body);
+    const char *why =
+        rows % 64 ? arena_printf(ctx->arena, "the row tile (%lld) must be a multiple of 64 (a warpgroup's wgmma "
+                                             "covers 64 rows)", (long long)rows)
+        : *hint && (*hint)->i != rows / 16
+            ? arena_printf(ctx->arena, "warps(%lld): a %lld-row tile takes %lld warps (a warpgroup per 64 rows)",
+                           (long long)(*hint)->i, (long long)rows, (long long)(rows / 16))
+        : narrow ? "wgmma reads shared tiles in 128-byte swizzled panels of 64 columns: the head dim (or "
+                   "a schedule's tile width) must be a multiple of 64"
+                 : NULL;
+    if (why) {
+        op_diag(ctx->diag, NULL, narrow && !(rows % 64) ? narrow : launch,
+                arena_printf(ctx->arena, "%s codegen: %s", l->t->name, why));
+        return false;
+    }
+    *warps = (int)(rows / 16);
+    *hint = NULL;
+    return true;
+}
+
+/* Every copy of the launch by TMA where TMA can make each, and then warp
+ * specialisation and its schedule. */
+static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
+    Arena *a = l->ctx->arena;
+    Block *body = launch->regions[0].blocks[0];
+    int ncopies = 0;
+    if (!tma_copies(body, body, &ncopies) || !ncopies)
+        return false;
+    annotate_tma(a, body);
+    /* warp specialisation: a producer warpgroup issues the copies.
+     * Default (measured on the H200, bench/results/2026-12-01-h200/NOTES.md):
+     * on for attention with 128-wide score tiles, outputs wider than 128
+     * (head dim 256) or key ranges that follow the query tile (causal,
+     * windows); off for 64-wide score tiles over every key (head dim 64, no
+     * mask), which without it fit two blocks per SM and run faster so, and
+     * for GEMMs (no score tile; the same speed either way). The schedule's
+     * producer(0|1) decides. */
+    Attr *ws = op_attr(launch, "schedule.producer"), *pp = op_attr(launch, "schedule.pingpong");
+    bool wide = s->dot_cols > 64 || (s->dot_cols && s->carried_cols > 128);
+    bool band = keys_follow_queries(a, body, body->args[0]);   /* causal, windows */
+    bool specialise = ws ? ws->i != 0 : wide || band;
+    if (specialise) {
+        op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
+        tma_scratch_loads(a, launch);
+        tma_stores(a, body);
+        /* one consumer warpgroup (a 64-row tile): two blocks an SM
+         * where their buffers fit twice, so two consumers share it as
+         * in a 128-row tile but each with its own producer, tiles and
+         * epilogue (2026-12-02, head dim 64 causal N 512: 201 → 235
+         * TFLOP/s at 64 × 64; one block an SM before) */
+        if (warps == 4 && 2 * nv_buffer_bytes(body) <= l->t->smem_limit)
+            op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
+        /* ping-pong between consumer warpgroups, a turn holding Q·Kᵀ(j)
+         * and P·V(j−1). Default (2026-12-02, H200, same run): on where
+         * the keys do not follow the query tile, up to head dim 128
+         * (head dim 64 +5 to 7 %, 128 +1 to 2 %); off under a causal
+         * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
+         * −3 %). The schedule's pingpong(0|1) decides. */
+        bool ping = pp ? pp->i != 0 : s->carried_cols <= 128 && !band;
+        if (warps >= 8 && ping)
+            op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
+        /* persistent blocks: each loops over the grid's tiles, so the
+         * producer fetches the next tile's Q and K/V while the
+         * consumers finish this one, and O's TMA store runs beside the
+         * next tile. Default (bench/results/2026-12-02-h200/NOTES.md): on for
+         * attention whose O goes through a TMA store (head dim up to
+         * 128: 6–18 % faster at N ≤ 2k, even at 8k), off for head dim
+         * 256 (O's buffer then would not fit beside the stages; with O
+         * from registers it was 15 % slower). The schedule's
+         * persistent(0|1) decides. Needs grid z = 1. */
+        Attr *ps = op_attr(launch, "schedule.persistent");
+        bool persist = ps ? ps->i != 0 : s->dot_cols && s->carried_cols <= 128;
+        const Op *z = launch->operands[2]->def;
+        if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
+            op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
+    }
+    return true;
+}
+
+const LayoutTarget layout_sm90a = {
+    .target = &target_sm90a,
+    .operand_multiple = 16, .operand_elem = is_16bit, .row_stride = ldmatrix_stride,
+    .swizzle_all = true,
+    .copy = "cp.async", .counts_groups = true,
+    .annotate_dot = annotate_dot, .pick_warps = pick_warps, .specialise = specialise,
+};
+
+bool pass_sm90a_layout(Op *module, PassContext *ctx) { return nv_layout_run(&layout_sm90a, module, ctx); }
