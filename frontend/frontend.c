@@ -1,4 +1,4 @@
-/* frontend.c — parse, then check and lower (and derive the backward blocks). */
+/* frontend.c — parse, then check and lower. */
 #include "frontend/frontend.h"
 
 Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, FrontendOptions opts) {
@@ -12,7 +12,5 @@ Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, Fronte
     /* Semantic errors are worth reporting even after syntax errors: the
      * parser recovered whole items, and sema only sees those. */
     Op *module = sema_lower(a, d, src, p, opts.consts);
-    if (d->errors == errors_before && opts.backward)
-        derive_backward(a, d, module);
     return d->errors > errors_before ? NULL : module;
 }

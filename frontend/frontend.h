@@ -16,14 +16,8 @@ typedef struct FrontendOptions {
     /* maps constant names to integer values that replace the file's own
      * (`attnc run -D`): name -> (void *)(intptr_t)value; may be NULL */
     const Map *consts;
-    bool backward;   /* derive each attention block's backward (-backward) */
 } FrontendOptions;
 Op *frontend_compile(Arena *a, Diag *d, const Source *src, Program **ast, FrontendOptions opts);
-
-/* backward.c: adds NAME.backward after every attention block NAME (its
- * gradients, derived in the attn IR); false (reported) when a score hook
- * cannot be differentiated. */
-bool derive_backward(Arena *a, Diag *d, Op *module);
 
 /* sema.c */
 Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p, const Map *consts);

@@ -677,7 +677,7 @@ static bool eval_attention(Interp *in, const Op *op) {
 }
 
 /* attn.attention_backward: per (b, h), the unfused backward's arithmetic
- * (frontend/backward.c) in the same roundings: S in acc, P = exp(S' − lse)
+ * (passes/backward.c) in the same roundings: S in acc, P = exp(S' − lse)
  * in f32, the products in acc rounded to f32, dS in f32 then q's type; dk
  * and dv summed over each kv head's group exactly, rounded once. */
 static bool eval_attention_backward(Interp *in, const Op *op) {

@@ -180,7 +180,7 @@ static void fuse_attention(Fuser *f, Block *body, AttnMatch *m) {
 }
 
 /* ---- the attention backward ---------------------------------------------------
- * The backward block frontend/backward.c derives becomes one op, its hook
+ * The backward block passes/backward.c derives becomes one op, its hook
  * regions (the score hook, its derivative, the mask) moved into it:
  *
  *   ... S, P = exp(S' - lse), dP, D, dS ...      %dq, %dk, %dv = attn.attention_backward(

@@ -8,6 +8,7 @@
  *   pipeline.c   runs a target's pipeline (target/target.c lists them)
  *   dce.c        dead-code elimination of pure ops
  *   cse.c        common subexpression elimination (constants, index arithmetic)
+ *   backward.c   attention blocks' gradients, derived in the attn IR (-backward)
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
  *   mask_analysis.c  affine key bounds of attention masks (for tiling)
  *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
@@ -86,6 +87,11 @@ bool pass_sm90a_layout(Op *module, PassContext *ctx);
 int64_t nv_buffer_bytes(const Block *body);
 bool pass_softmax_overlap(Op *module, PassContext *ctx);
 bool pass_warp_roles(Op *module, PassContext *ctx);
+/* backward.c: adds NAME.backward after every attention block NAME (its
+ * gradients, derived in the attn IR); false (reported) when a score hook
+ * cannot be differentiated. The drivers run it right after the frontend
+ * under -backward. */
+bool pass_backward(Op *module, PassContext *ctx);
 bool pass_test_cse_ignore_attrs(Op *module, PassContext *ctx);
 bool pass_test_fusion_drop_mask(Op *module, PassContext *ctx);
 bool pass_test_tiling_rows_round_down(Op *module, PassContext *ctx);

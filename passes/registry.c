@@ -5,6 +5,7 @@
 #include <time.h>
 
 static const Pass registry[] = {
+    {"backward", "add NAME.backward (the gradients dq, dk, dv) after every attention block NAME", pass_backward},
     {"dce", "remove pure ops whose results are never used", pass_dce},
     {"cse", "replace a pure op equal to an earlier one by that one", pass_cse},
     {"test-dce-stores", "(tests only) dce that also removes stores, whose results nobody uses", pass_test_dce_stores},

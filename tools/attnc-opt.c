@@ -117,9 +117,11 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static Op *load(Arena *a, Diag *d, const Source *src, const Options *o, Program **ast) {
-    Op *m = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, ast,
-                                                                     (FrontendOptions){&o->run.consts, o->run.backward})
+    Op *m = ends_with(src->name, ".attn") ? frontend_compile(a, d, src, ast, (FrontendOptions){&o->run.consts})
                                           : ir_parse(a, d, src);
+    if (m && o->run.backward && ends_with(src->name, ".attn") &&
+        !pass_backward(m, &(PassContext){.arena = a, .diag = d}))
+        m = NULL;
     return m && ir_verify(m, d, src) == 0 ? m : NULL;
 }
 

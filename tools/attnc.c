@@ -102,7 +102,9 @@ static bool compile(Arena *a, Diag *d, const Source *src, const void *opts, FILE
     const Options *o = opts;
     Program *ast = NULL;
     int before = d->errors;
-    Op *module = frontend_compile(a, d, src, &ast, (FrontendOptions){NULL, o->backward});
+    Op *module = frontend_compile(a, d, src, &ast, (FrontendOptions){NULL});
+    if (module && o->backward && !pass_backward(module, &(PassContext){.arena = a, .diag = d}))
+        module = NULL;
     if (o->emit == EMIT_AST) {
         if (ast && d->errors == before)
             ast_dump(out, ast);
@@ -235,14 +237,17 @@ static int run_main(int argc, char **argv, Diag *d) {
     /* The reference is the unoptimised program; the lowered one goes through
      * the target's pipeline. Two compiles keep them independent. */
     Program *ast;
-    Op *reference = frontend_compile(&a, d, &src, &ast, (FrontendOptions){&r.consts, r.backward});
+    Op *reference = frontend_compile(&a, d, &src, &ast, (FrontendOptions){&r.consts});
+    if (reference && r.backward && !pass_backward(reference, &(PassContext){.arena = &a, .diag = d}))
+        reference = NULL;
     /* the second compile repeats the first one's diagnostics: said once */
     FILE *sink = reference ? fopen("/dev/null", "w") : NULL;
     Diag quiet = *d;
     if (sink)
         quiet.out = sink;
-    Op *lowered = reference ? frontend_compile(&a, sink ? &quiet : d, &src, NULL,
-                                                 (FrontendOptions){&r.consts, r.backward}) : NULL;
+    Op *lowered = reference ? frontend_compile(&a, sink ? &quiet : d, &src, NULL, (FrontendOptions){&r.consts}) : NULL;
+    if (lowered && r.backward && !pass_backward(lowered, &(PassContext){.arena = &a, .diag = sink ? &quiet : d}))
+        lowered = NULL;
     if (sink)
         fclose(sink);
     bool ok = lowered != NULL;

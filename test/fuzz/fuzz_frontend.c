@@ -36,7 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Diag d;
     diag_init(&d, sink);
 
-    Op *module = frontend_compile(&a, &d, &src, NULL, (FrontendOptions){NULL, true});
+    Op *module = frontend_compile(&a, &d, &src, NULL, (FrontendOptions){NULL});
+    if (module && !pass_backward(module, &(PassContext){.arena = &a, .diag = &d}))
+        module = NULL;
     if (module) {
         check(ir_verify(module, &d, &src) == 0, "the frontend produced IR the verifier rejects");
         check(ir_roundtrip_check(&a, module, (PrintOptions){0}, &d), "frontend IR round trip");

@@ -25,8 +25,8 @@
  *
  * A mask hides scores, so hidden entries have P = 0 and zero gradient.
  */
-#include "frontend/frontend.h"
 #include "ir/builder.h"
+#include "passes/passes.h"
 
 #include <math.h>
 #include <string.h>
@@ -384,7 +384,9 @@ static Op *derive_block(Arena *a, Diag *d, Op *fwd) {
     return func;
 }
 
-bool derive_backward(Arena *a, Diag *d, Op *module) {
+bool pass_backward(Op *module, PassContext *ctx) {
+    Arena *a = ctx->arena;
+    Diag *d = ctx->diag;
     bool ok = true;
     Block *top = op_body(module);
     for (Op *f = top->first; f; f = f->next) {
