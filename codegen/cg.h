@@ -30,7 +30,7 @@ typedef struct KernelInfo {
     int64_t smem_bytes;  /* dynamic shared memory */
     bool persistent;     /* loops over the grid's tiles (grid x and y: i64 parameters after y_offset) */
     int ntmaps;          /* tensor maps, the last parameters, in this order */
-    KernelTmap tmaps[8];
+    KernelTmap tmaps[MANIFEST_MAX_TMAPS];
 } KernelInfo;
 
 /* Runs O3 on mod and prints it as PTX for arch (or, llvm_ir, as LLVM IR). */

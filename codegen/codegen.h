@@ -18,11 +18,10 @@
 #define ATTNC_CODEGEN_H
 
 #include "ir/ir.h"
+#include "runtime/manifest.h"   /* the manifest's version and limits, shared with libattnrt */
 
 typedef enum CodegenEmit { CG_EMIT_PTX, CG_EMIT_LLVM } CodegenEmit;
 
-/* The manifest format written (doc/codegen.md); libattnrt refuses others. */
-#define ATTNC_MANIFEST_VERSION 2
 
 /* True for the targets codegen can emit (target/target.c: sm_70, sm_80 and sm_90a). */
 bool codegen_supports(const char *arch);

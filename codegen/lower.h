@@ -242,9 +242,9 @@ struct Cg {
     /* TMA (sm_90a, tma.c): the tensor maps the kernel takes, the buffers
      * TMA fills (alloc Value* -> 1) and their rings */
     int ntmaps;
-    KernelTmap tmaps[8];
-    const Value *tmap_src[8];
-    LLVMValueRef tmap_param[8];
+    KernelTmap tmaps[MANIFEST_MAX_TMAPS];
+    const Value *tmap_src[MANIFEST_MAX_TMAPS];
+    LLVMValueRef tmap_param[MANIFEST_MAX_TMAPS];
     Map tma_bufs;
     int nrings;
     Ring rings[8];

@@ -91,8 +91,8 @@ bool tma_collect(Cg *cg, const Block *blk) {
         for (int j = 0; j < cg->ntmaps; j++)
             seen |= memcmp(&cg->tmaps[j], &m, sizeof m) == 0;
         if (!seen) {
-            if (cg->ntmaps == 8)
-                return cg_err(cg, op, "a kernel takes at most 8 tensor maps", NULL), false;
+            if (cg->ntmaps == MANIFEST_MAX_TMAPS)
+                return cg_err(cg, op, "a kernel takes at most 8 tensor maps (the runtime's MANIFEST_MAX_TMAPS)", NULL), false;
             cg->tmap_src[cg->ntmaps] = src;
             cg->tmaps[cg->ntmaps++] = m;
         }

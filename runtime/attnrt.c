@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/cuda_loader.h"
+#include "runtime/manifest.h"
 
 /* ---- errors ------------------------------------------------------------------ */
 
@@ -30,8 +31,8 @@ int attnrt_cuda_fail(int code, const char *what) { return fail(ATTNRT_ERROR_CUDA
 
 /* ---- the manifest -------------------------------------------------------------- */
 
-enum { MAX_NAME = 64, MAX_DIMS = 16, MAX_TENSORS = 32, MAX_KERNELS = 32, MAX_ARGS = 32,
-       MAX_TMAPS = 8 /* as codegen's KernelInfo */ };
+enum { MAX_NAME = MANIFEST_MAX_NAME, MAX_DIMS = MANIFEST_MAX_DIMS, MAX_TENSORS = MANIFEST_MAX_TENSORS,
+       MAX_KERNELS = MANIFEST_MAX_KERNELS, MAX_ARGS = MANIFEST_MAX_ARGS, MAX_TMAPS = MANIFEST_MAX_TMAPS };
 
 typedef struct Dim {
     char sym[MAX_NAME];   /* "" for a number */
@@ -155,8 +156,8 @@ static bool parse_shape(char *s, TensorSpec *t) {
     return true;
 }
 
-/* The manifest version this runtime reads (codegen.h's ATTNC_MANIFEST_VERSION). */
-enum { MANIFEST_VERSION = 2 };
+/* The manifest version this runtime reads (manifest.h). */
+enum { MANIFEST_VERSION = ATTNC_MANIFEST_VERSION };
 
 /* One manifest line: its entry word, then key=value words. A value has no
  * spaces, except message=, which runs to the end of the line. */

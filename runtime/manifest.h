@@ -1,0 +1,20 @@
+/* manifest.h — what the code generator (codegen/codegen.c, which writes the
+ * manifest beside the PTX) and libattnrt (runtime/attnrt.c, which reads it)
+ * must agree on: the manifest's version and the limits the runtime holds
+ * (doc/runtime.md describes the format). */
+#ifndef ATTNC_MANIFEST_H
+#define ATTNC_MANIFEST_H
+
+/* The manifest format written; libattnrt refuses others. */
+#define ATTNC_MANIFEST_VERSION 2
+
+enum {
+    MANIFEST_MAX_NAME = 64,      /* bytes of a block, kernel or tensor name */
+    MANIFEST_MAX_DIMS = 16,      /* symbolic dimensions of a block */
+    MANIFEST_MAX_TENSORS = 32,   /* tensors of a block */
+    MANIFEST_MAX_KERNELS = 32,   /* kernels of a block */
+    MANIFEST_MAX_ARGS = 32,      /* tensor arguments of a kernel */
+    MANIFEST_MAX_TMAPS = 8,      /* TMA tensor maps of a kernel */
+};
+
+#endif
