@@ -129,7 +129,7 @@ committed:
 
 /* Whether another tile.wait comes after op before any code reads shared
  * memory: the views of shared tiles and a dot that waits for its partner
- * (lower.c dot_sharing_a: SwiGLU's gate and up products wait for both B
+ * (nv.pair: SwiGLU's gate and up products wait for both B
  * operands before either is emitted) emit none. That wait's barrier then
  * makes both copies visible, one barrier instead of two back to back. */
 static bool wait_follows(const Cg *cg, const Op *op) {
@@ -138,7 +138,7 @@ static bool wait_follows(const Cg *cg, const Op *op) {
             return true;
         if (x->kind == OP_LOAD && op_attr(x, "nv.operand") && x->operands[0]->type->space == AS_SHARED)
             continue;
-        if (x->kind == OP_DOT && x->parent != cg->top && dot_sharing_a(x))
+        if (x->kind == OP_DOT && paired_dot(x))
             continue;
         return false;
     }

@@ -931,18 +931,14 @@ static struct InFlight *in_flight(Cg *cg, const Op *op) {
     return NULL;
 }
 
-/* The dot after d1 in its block that reads the same A (from shared memory:
- * the target checks), when only copy waits and loads stand between them —
- * SwiGLU's x @ wg and x @ wu. The target emits the two together, at the
- * second, so each A fragment is read once for both: the waits and loads in
- * between are emitted first, which moves nothing that d1 reads or writes. */
-const Op *dot_sharing_a(const Op *d1) {
-    for (const Op *x = d1->next; x; x = x->next) {
+/* The dot a tile.dot marked nv.pair is emitted with: the next one in its
+ * block (the layout pass checked that only waits and loads stand between). */
+const Op *paired_dot(const Op *d1) {
+    if (!op_attr(d1, "nv.pair"))
+        return NULL;
+    for (const Op *x = d1->next; x; x = x->next)
         if (x->kind == OP_DOT)
-            return x->operands[0] == d1->operands[0] && x->operands[2] != d1->results[0] ? x : NULL;
-        if (x->kind != OP_WAIT && x->kind != OP_LOAD)
-            return NULL;
-    }
+            return x;
     return NULL;
 }
 
@@ -974,7 +970,11 @@ void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
             continue;
         if (op->kind == OP_ALLOC && cv_get(cg, op->results[0]))   /* a TMA buffer, made before the roles split */
             continue;
-        const Op *pair = op->kind == OP_DOT && cg->target->dot_pair && blk != cg->top ? dot_sharing_a(op) : NULL;
+        const Op *pair = op->kind == OP_DOT ? paired_dot(op) : NULL;
+        if (pair && !cg->target->dot_pair) {
+            cg_err(cg, op, "internal error: nv.pair on a target that emits dots one by one", NULL);
+            return;
+        }
         if (pair) {
             for (const Op *x = op->next; x != pair && !cg->failed; x = x->next, index++) {
                 emit_op(cg, x);

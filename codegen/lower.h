@@ -164,7 +164,8 @@ typedef struct CgTarget {
     void (*acc_coords)(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col);
     void (*dot)(Cg *cg, const Op *op);          /* tile.dot */
     /* two tile.dots with one A operand from shared memory, emitted together
-     * at the second (lower.c, dot_sharing_a); NULL: each on its own */
+     * at the second (the layout pass's nv.pair; lower.c, paired_dot); NULL:
+     * each on its own */
     void (*dot_pair)(Cg *cg, const Op *first, const Op *second);
     /* loads a view's A fragments into registers (nv.operand "fragments") */
     void (*preload_a)(Cg *cg, View *w, ScalarKind k);
@@ -319,7 +320,7 @@ static inline LLVMValueRef lane_test(Cg *cg, int mask) {  /* (lane & mask) != 0 
 LLVMValueRef shfl_xor(Cg *cg, LLVMValueRef v, int mask);
 LLVMValueRef gep(Cg *cg, ScalarKind k, LLVMValueRef ptr, LLVMValueRef off);
 /* the dot after d1 that shares its A operand, emitted with it (lower.c) */
-const Op *dot_sharing_a(const Op *d1);
+const Op *paired_dot(const Op *d1);   /* nv.pair's partner, or NULL */
 LLVMValueRef load_elem(Cg *cg, ScalarKind k, LLVMValueRef ptr);
 void store_elem(Cg *cg, ScalarKind k, LLVMValueRef v, LLVMValueRef ptr);
 LLVMBasicBlockRef if_begin(Cg *cg, LLVMValueRef cond);

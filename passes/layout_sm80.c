@@ -95,12 +95,46 @@ static void warp_grid(const Scan *s, int64_t rows, const Attr *hint, int *warps,
     }
 }
 
+/* The dot after d1 in its block that reads the same A, when only copy
+ * waits and loads stand between them — SwiGLU's x @ wg and x @ wu. The code
+ * generator emits the two together, at the second, so each A fragment is
+ * read once for both: the waits and loads in between are emitted first,
+ * which moves nothing that d1 reads or writes. */
+static const Op *dot_sharing_a(const Op *d1) {
+    for (const Op *x = d1->next; x; x = x->next) {
+        if (x->kind == OP_DOT)
+            return x->operands[0] == d1->operands[0] && x->operands[2] != d1->results[0] ? x : NULL;
+        if (x->kind != OP_WAIT && x->kind != OP_LOAD)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* nv.pair on the first dot of each such pair, in the launch's loops (not
+ * at its top level). */
+static void pair_dots(Arena *a, Block *blk, bool top) {
+    for (Op *op = blk->first; op; op = op->next) {
+        if (!top && op->kind == OP_DOT && dot_sharing_a(op))
+            op_set_attr(a, op, "nv.pair", attr_bool(a, true));
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                pair_dots(a, op->regions[r].blocks[k], false);
+    }
+}
+
+static bool annotate_launch(const Lower *l, Op *launch, const Scan *s, int warps) {
+    (void)s, (void)warps;
+    pair_dots(l->ctx->arena, launch->regions[0].blocks[0], true);
+    return false;   /* (no TMA on sm_80) */
+}
+
 const LayoutTarget layout_sm80 = {
     .target = &target_sm80,
     .operand_multiple = 16, .operand_elem = is_16bit, .row_stride = ldmatrix_stride,
     .swizzles_ring = swizzles_ring, .holds_a_fragments = fits_in_fragments,
     .copy = "cp.async", .counts_groups = true,
     .annotate_dot = annotate_dot, .pick_warps = pick_warps, .warp_grid = warp_grid,
+    .annotate_launch = annotate_launch,
 };
 
 bool pass_sm80_layout(Op *module, PassContext *ctx) { return nv_layout_run(&layout_sm80, module, ctx); }

@@ -298,7 +298,7 @@ const LayoutTarget layout_sm90a = {
     .operand_multiple = 16, .operand_elem = is_16bit, .row_stride = ldmatrix_stride,
     .swizzle_all = true,
     .copy = "cp.async", .counts_groups = true,
-    .annotate_dot = annotate_dot, .pick_warps = pick_warps, .specialise = specialise,
+    .annotate_dot = annotate_dot, .pick_warps = pick_warps, .annotate_launch = specialise,
 };
 
 bool pass_sm90a_layout(Op *module, PassContext *ctx) { return nv_layout_run(&layout_sm90a, module, ctx); }

@@ -545,8 +545,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
     lw.row_blocks = row_blocks;
     l = &lw;
     annotate(l, body, body);   /* in order: a dot's loads come before it (and allocs before copies) */
-    if (l->lt->specialise)
-        lw.tma = l->lt->specialise(l, launch, &s, warps);
+    if (l->lt->annotate_launch)
+        lw.tma = l->lt->annotate_launch(l, launch, &s, warps);
     if (s.dots)
         partial_row_sums(a, launch);
     if (l->lt->counts_groups && !l->tma) {

@@ -63,9 +63,11 @@ struct LayoutTarget {
     bool (*pick_warps)(const Lower *l, Op *launch, const Scan *s, int64_t rows, int *warps, Attr **hint);
     /* the warps as a grid over rows and columns (nv.warp_cols); NULL: none */
     void (*warp_grid)(const Scan *s, int64_t rows, const Attr *hint, int *warps, int *warp_cols, int *row_blocks);
-    /* after the common annotations: TMA copies and warp specialisation;
-     * returns whether the launch's copies are TMA's. NULL: none */
-    bool (*specialise)(const Lower *l, Op *launch, const Scan *s, int warps);
+    /* after the common annotations, the target's own over the whole launch
+     * (sm_80: dots emitted in pairs; sm_90a: TMA copies and warp
+     * specialisation); returns whether the launch's copies are TMA's.
+     * NULL: none */
+    bool (*annotate_launch)(const Lower *l, Op *launch, const Scan *s, int warps);
 };
 
 extern const LayoutTarget layout_sm70, layout_sm80, layout_sm90a;
