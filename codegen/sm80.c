@@ -346,15 +346,12 @@ static const Op *row_sum_of_p(const Op *dot) {
     return sum;
 }
 
-/* For a P·V at the register limit, P's row sum; else NULL. At the limit:
- * P in registers with its row sum taken, f32 scores and output over 160 a
- * thread (head dim 128 with 64 keys). emit_dots orders such a P·V so that
- * ptxas does not spill (below). */
+/* For a P·V at the register limit (sm80-layout's nv.register_limit: P in
+ * registers, f32 scores and output of head dim 128 with 64 keys), P's row
+ * sum; else NULL. emit_dots orders such a P·V so that ptxas does not spill
+ * (below). */
 static const Op *row_sum_at_register_limit(const Op *dot) {
-    Attr *a = op_attr(dot, "nv.a");
-    bool limit = a && strcmp(a->s, "registers") == 0 && dot->results[0]->type->elem == SK_F32 &&
-                 dot->operands[0]->type->dims[1].size + dot->results[0]->type->dims[1].size > 160;
-    return limit ? row_sum_of_p(dot) : NULL;
+    return op_attr(dot, "nv.register_limit") ? row_sum_of_p(dot) : NULL;
 }
 
 /* O·α behind a warp vote (lower.c, skips_unit_scale) where the product is

@@ -32,6 +32,17 @@ static bool fits_in_fragments(const Lower *l, const Type *t) {
     return 16 * l->row_blocks * t->dims[1].size / 64 <= 32;
 }
 
+/* Register pressure, measured with ptxas (one model for this file's two
+ * decisions, in f32 accumulator columns a 16-row warp block holds):
+ *  - a P·V whose P comes from registers is at the register limit when P's
+ *    columns and its f32 output's pass PV_LIMIT_COLS (head dim 128 with 64
+ *    keys): nv.register_limit, and sm80.c orders its MMAs so that ptxas does
+ *    not spill;
+ *  - a 128-row tile gets a warp per 32 rows (4 warps) only while its
+ *    accumulators (carried and scores) stay within WARP32_LIMIT_COLS and it
+ *    gathers nothing per score, else a warp per 16 rows (pick_warps). */
+enum { PV_LIMIT_COLS = 160, WARP32_LIMIT_COLS = 192 };
+
 /* m16n8k16 is row.col only; ldmatrix(.trans) makes the fragments from
  * either memory order. A row-major A ([M, K]) and a K stored [N, K] need no
  * transpose. */
@@ -49,6 +60,9 @@ static void annotate_dot(const Lower *l, Op *op) {
     op_set_attr(a, op, "nv.mma",
                 attr_str(a, arena_printf(a, "m16n8k16.row.col.%s.%s", acc,
                                          scalar_name(op->operands[1]->type->elem))));
+    if (!*al && op->results[0]->type->elem == SK_F32 &&
+        op->operands[0]->type->dims[1].size + op->results[0]->type->dims[1].size > PV_LIMIT_COLS)
+        op_set_attr(a, op, "nv.register_limit", attr_bool(a, true));
 }
 
 /* 4 warps, each 16·row_blocks rows (the common choice): on sm_80 a warp
@@ -65,7 +79,7 @@ static void annotate_dot(const Lower *l, Op *op) {
  * keep a warp per 16 rows. */
 static bool pick_warps(const Lower *l, Op *launch, const Scan *s, int64_t rows, int *warps, Attr **hint) {
     (void)l, (void)launch, (void)hint;
-    if (rows == 128 && (s->carried_cols + s->dot_cols > 192 || s->gathers_per_score))
+    if (rows == 128 && (s->carried_cols + s->dot_cols > WARP32_LIMIT_COLS || s->gathers_per_score))
         *warps = 8;
     return true;
 }
