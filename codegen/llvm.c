@@ -78,7 +78,7 @@ LLVMValueRef sreg(Cg *cg, const char *name) {
 /* A barrier of the threads running this code: the block, or (warp
  * specialisation) the consumer warps only, on named barrier 1. */
 void cg_barrier(Cg *cg) {
-    if (cg->role == ROLE_CONSUMER) {
+    if (cg->hopper.role == ROLE_CONSUMER) {
         const char *text = arena_printf(cg->a, "bar.sync 1, %d;", cg->threads);
         cg_asm(cg, text, "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
         return;

@@ -798,7 +798,7 @@ static void emit_for(Cg *cg, const Op *op) {
     /* the producer carries no tiles (it computes none) */
     bool *skip = NEW_ARRAY(cg->a, bool, ncarry + 1);
     for (int i = 0; i < ncarry; i++)
-        skip[i] = cg->role == ROLE_PRODUCER && body->args[1 + i]->type->kind == TY_TILE;
+        skip[i] = cg->hopper.role == ROLE_PRODUCER && body->args[1 + i]->type->kind == TY_TILE;
     /* make sure tile inits are tiles before leaving the preheader */
     for (int i = 0; i < ncarry; i++)
         if (!skip[i] && body->args[1 + i]->type->kind == TY_TILE && init[i] && init[i]->kind == CV_VIEW)
@@ -903,10 +903,10 @@ static void plan_releases(Cg *cg, const Block *blk) {
         const Op *last = w;
         for (int64_t k = 0; k < after->i && last->next; k++)
             last = last->next;
-        PtrVec *v = map_get(&cg->releases, last);
+        PtrVec *v = map_get(&cg->hopper.releases, last);
         if (!v) {
             v = NEW(cg->a, PtrVec);
-            map_put(cg->a, &cg->releases, last, v);
+            map_put(cg->a, &cg->hopper.releases, last, v);
         }
         vec_push(cg->a, v, (void *)w);
     }
@@ -916,18 +916,18 @@ static void plan_releases(Cg *cg, const Block *blk) {
 static bool producer_runs(const Op *op) { return op_attr(op, "nv.producer") != NULL; }
 
 void release_stages(Cg *cg, const Op *op) {
-    PtrVec *free = cg->role == ROLE_CONSUMER ? map_get(&cg->releases, op) : NULL;
+    PtrVec *free = cg->hopper.role == ROLE_CONSUMER ? map_get(&cg->hopper.releases, op) : NULL;
     for (int i = 0; free && i < free->len && !cg->failed; i++) {
-        const Token *t = map_get(&cg->wait_tok, free->items[i]);
+        const Token *t = map_get(&cg->hopper.wait_tok, free->items[i]);
         if (t && t->ring)
             tma_release(cg, t);
     }
 }
 
 static struct InFlight *in_flight(Cg *cg, const Op *op) {
-    for (int i = 0; i < cg->nin_flight; i++)
-        if (cg->in_flight[i].op == op)
-            return &cg->in_flight[i];
+    for (int i = 0; i < cg->hopper.nin_flight; i++)
+        if (cg->hopper.in_flight[i].op == op)
+            return &cg->hopper.in_flight[i];
     return NULL;
 }
 
@@ -944,18 +944,18 @@ const Op *paired_dot(const Op *d1) {
 
 void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
     int index = 0;
-    if (cg->role == ROLE_CONSUMER)
+    if (cg->hopper.role == ROLE_CONSUMER)
         plan_releases(cg, blk);
     for (const Op *op = blk->first; op && !cg->failed; op = op->next, index++) {
         /* the dots in flight that op needs complete first; at the top level
          * (outside loops) and at the end of a loop body every one does:
          * nothing there overlaps with them, shared memory is reused at the
          * top, and no dot stays in flight across a back edge */
-        if (cg->target->complete && cg->role != ROLE_PRODUCER)
+        if (cg->target->complete && cg->hopper.role != ROLE_PRODUCER)
             cg->target->complete(cg, blk == cg->top || op->kind == OP_TILE_YIELD ? NULL : op);
         /* (a persistent kernel's next tile reuses every buffer: no reuse
          * within the tile, which the producer may already be filling) */
-        if (blk == cg->top && index > 0 && cg->role != ROLE_PRODUCER && !cg->persistent)
+        if (blk == cg->top && index > 0 && cg->hopper.role != ROLE_PRODUCER && !cg->hopper.persistent)
             smem_release(cg, index - 1);
         if (op->kind == OP_TILE_YIELD) {
             for (int i = 0; i < op->noperands; i++) {
@@ -966,7 +966,7 @@ void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
             }
             continue;
         }
-        if (cg->role == ROLE_PRODUCER && !producer_runs(op))
+        if (cg->hopper.role == ROLE_PRODUCER && !producer_runs(op))
             continue;
         if (op->kind == OP_ALLOC && cv_get(cg, op->results[0]))   /* a TMA buffer, made before the roles split */
             continue;
@@ -1036,35 +1036,35 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
                                   "(a grid of warps needs the accumulator layout, on sm_80)", NULL);
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
     Attr *producer = op_attr(launch, "nv.producer_warps"), *pingpong = op_attr(launch, "nv.pingpong");
-    cg->producer_warps = producer ? (int)producer->i : 0;
-    cg->pingpong = pingpong && pingpong->i;
-    if (cg->pingpong && (!cg->producer_warps || cg->nwarps < 8))
+    cg->hopper.producer_warps = producer ? (int)producer->i : 0;
+    cg->hopper.pingpong = pingpong && pingpong->i;
+    if (cg->hopper.pingpong && (!cg->hopper.producer_warps || cg->nwarps < 8))
         return cg_err(cg, launch, "internal error: nv.pingpong needs warp specialisation and two consumer warpgroups",
                       NULL);
     Attr *overlap = op_attr(launch, "nv.overlap");
-    cg->lazy_dots = overlap && overlap->i;
+    cg->hopper.lazy_dots = overlap && overlap->i;
     Attr *persistent = op_attr(launch, "nv.persistent");
-    cg->persistent = persistent && persistent->i;
+    cg->hopper.persistent = persistent && persistent->i;
     Attr *per_sm = op_attr(launch, "nv.blocks_per_sm");
-    cg->blocks_per_sm = per_sm ? (int)per_sm->i : 1;
-    if (cg->blocks_per_sm != 1 && cg->blocks_per_sm != 2)
+    cg->hopper.blocks_per_sm = per_sm ? (int)per_sm->i : 1;
+    if (cg->hopper.blocks_per_sm != 1 && cg->hopper.blocks_per_sm != 2)
         return cg_err(cg, launch, "internal error: nv.blocks_per_sm must be 1 or 2", NULL);
-    if (cg->persistent && !cg->producer_warps)
+    if (cg->hopper.persistent && !cg->hopper.producer_warps)
         return cg_err(cg, launch, "internal error: nv.persistent needs warp specialisation (nv.producer_warps)", NULL);
-    if (cg->producer_warps && (cg->producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
+    if (cg->hopper.producer_warps && (cg->hopper.producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
         return cg_err(cg, launch, "internal error: nv.producer_warps must be 4 (a warpgroup), after whole warpgroups "
                                   "of consumers, on sm_90a", NULL);
-    int launch_threads = cg->threads + 32 * cg->producer_warps;
-    map_init(&cg->releases, false);
-    map_init(&cg->wait_tok, false);
+    int launch_threads = cg->threads + 32 * cg->hopper.producer_warps;
+    map_init(&cg->hopper.releases, false);
+    map_init(&cg->hopper.wait_tok, false);
 
     /* the function: memref pointers, the block's dims, the first y of this
      * launch (below), then the tensor maps of its TMA copies (sm_90a) */
-    map_init(&cg->tma_bufs, false);
+    map_init(&cg->hopper.tma_bufs, false);
     if (!tma_collect(cg, body))
         return false;
     int nmem = launch->noperands - 3 + launch->nresults;
-    int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->persistent ? 3 : 0), nparams = tmap0 + cg->ntmaps;
+    int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->hopper.persistent ? 3 : 0), nparams = tmap0 + cg->hopper.ntmaps;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
     for (int i = 0; i < nparams; i++)
         pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32
@@ -1082,33 +1082,33 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     for (int i = 0; i < k->ndims; i++)
         LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nmem + i)), k->dims[i], strlen(k->dims[i]));
     LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)y_param), "y_offset", 8);
-    if (cg->persistent) {
-        cg->tiles_x = LLVMGetParam(cg->fn, (unsigned)y_param + 1);
-        cg->tiles_y = LLVMGetParam(cg->fn, (unsigned)y_param + 2);
-        cg->tile_counter = LLVMGetParam(cg->fn, (unsigned)y_param + 3);
-        LLVMSetValueName2(cg->tiles_x, "tiles_x", 7);
-        LLVMSetValueName2(cg->tiles_y, "tiles_y", 7);
-        LLVMSetValueName2(cg->tile_counter, "tile_counter", 12);
+    if (cg->hopper.persistent) {
+        cg->hopper.tiles_x = LLVMGetParam(cg->fn, (unsigned)y_param + 1);
+        cg->hopper.tiles_y = LLVMGetParam(cg->fn, (unsigned)y_param + 2);
+        cg->hopper.tile_counter = LLVMGetParam(cg->fn, (unsigned)y_param + 3);
+        LLVMSetValueName2(cg->hopper.tiles_x, "tiles_x", 7);
+        LLVMSetValueName2(cg->hopper.tiles_y, "tiles_y", 7);
+        LLVMSetValueName2(cg->hopper.tile_counter, "tile_counter", 12);
     }
     /* A CUtensorMap (128 bytes) by value: byval, 64-byte aligned, and
      * grid_constant, so that its address is the parameter's own (cvta.param,
      * what TMA reads) instead of a copy in local memory. */
     LLVMMetadataRef gc[8];
-    for (int j = 0; j < cg->ntmaps; j++) {
+    for (int j = 0; j < cg->hopper.ntmaps; j++) {
         unsigned at = (unsigned)(tmap0 + j);
-        LLVMValueRef p = cg->tmap_param[j] = LLVMGetParam(cg->fn, at);
+        LLVMValueRef p = cg->hopper.tmap_param[j] = LLVMGetParam(cg->fn, at);
         LLVMTypeRef map = LLVMArrayType(LLVMInt8TypeInContext(ctx), 128);
         unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5), align = LLVMGetEnumAttributeKindForName("align", 5);
         LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateTypeAttribute(ctx, byval, map));
         LLVMAddAttributeAtIndex(cg->fn, at + 1, LLVMCreateEnumAttribute(ctx, align, 64));
-        const char *src = body->args[3 + cg->tmaps[j].arg]->name;
+        const char *src = body->args[3 + cg->hopper.tmaps[j].arg]->name;
         const char *nm = arena_printf(a, "tmap_%s", src ? src : "mem");
         LLVMSetValueName2(p, nm, strlen(nm));
         gc[j] = LLVMValueAsMetadata(ci32(cg, at + 1));   /* 1-based */
     }
-    if (cg->ntmaps) {
+    if (cg->hopper.ntmaps) {
         LLVMMetadataRef ann[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "grid_constant", 13),
-                                  LLVMMDNodeInContext2(ctx, gc, (size_t)cg->ntmaps)};
+                                  LLVMMDNodeInContext2(ctx, gc, (size_t)cg->hopper.ntmaps)};
         LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                     LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
     }
@@ -1177,7 +1177,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     int index = 0;
     for (const Op *o = body->first; o; o = o->next)
         note_uses(cg, o, index++);
-    if (!cg->producer_warps) {
+    if (!cg->hopper.producer_warps) {
         emit_block(cg, body, NULL, NULL);
         if (!cg->failed && target->complete)
             target->complete(cg, NULL);
@@ -1205,7 +1205,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     /* as the passes decided (nv.blocks_per_sm: sm90a-layout under warp
      * specialisation, softmax-overlap for plain kernels it rotated); a
      * warp-specialised kernel always says, for setmaxnreg */
-    int min_blocks = cg->producer_warps || cg->blocks_per_sm > 1 ? cg->blocks_per_sm : 0;
+    int min_blocks = cg->hopper.producer_warps || cg->hopper.blocks_per_sm > 1 ? cg->hopper.blocks_per_sm : 0;
     if (min_blocks) {
         LLVMMetadataRef min[3] = {LLVMValueAsMetadata(cg->fn), LLVMMDStringInContext2(ctx, "minctasm", 8),
                                   LLVMValueAsMetadata(ci32(cg, min_blocks))};
@@ -1217,9 +1217,9 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
                       arena_printf(a, "the kernel needs %lld bytes of shared memory; %s has %lld",
                                    (long long)cg->smem_bytes, cg->info->name, (long long)cg->info->smem_limit));
     info->threads = launch_threads;
-    info->persistent = cg->persistent;
-    info->ntmaps = cg->ntmaps;
-    memcpy(info->tmaps, cg->tmaps, sizeof cg->tmaps);
+    info->persistent = cg->hopper.persistent;
+    info->ntmaps = cg->hopper.ntmaps;
+    memcpy(info->tmaps, cg->hopper.tmaps, sizeof cg->hopper.tmaps);
     info->smem_bytes = (cg->smem_bytes + 15) & ~(int64_t)15;
     return true;
 }

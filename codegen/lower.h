@@ -208,38 +208,9 @@ LLVMValueRef mma16_pack_a(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k
 /* The code generator of a target, or NULL (codegen.c). */
 const CgTarget *cg_target(const Target *t);   /* NULL: no code generator */
 
-struct Cg {
-    Arena *a;
-    Diag *d;
-    bool failed;
-    const CgTarget *target;
-    const Target *info;
-    LLVMContextRef ctx;
-    LLVMModuleRef mod;
-    LLVMBuilderRef b;
-    LLVMValueRef fn, smem;
-    LLVMTypeRef i1, i16, i32, i64, f16, bf16, f32, v2f16, p1;
-    const KernelSpec *spec;
-    Map vals;            /* Value* -> Cv* */
-    /* the layout */
-    LayKind lay;
-    bool acc16;
-    AccLayout acc;
-    int nwarps, threads, mrep;
-    int wcols;           /* warps across the columns (the grid above) */
-    int64_t R;
-    LLVMValueRef tid, lane, warp;
-    LLVMValueRef warp_row, warp_col;   /* warp / wcols, warp % wcols */
-    bool async;          /* async copies were issued (drain them) */
-    bool short_shared;   /* shared pointers are 32-bit (target.h short_shared) */
-    /* dynamic shared memory: live ranges, reused once their owner is dead */
-    int64_t smem_bytes;               /* the peak */
-    int nlive;
-    struct Live { int64_t off, size; const Value *owner; } live[64], dead[64];
-    int ndead;                        /* freed buffers (-1: more than dead[] holds) */
-    const Value *owner;               /* whose buffer smem_alloc makes now */
-    const Block *top;                 /* the launch body */
-    Map last_use;                     /* Value* -> index of its last top-level op + 1 */
+/* What only sm_90a's kernels keep while they are emitted: TMA (tma.c), warp
+ * specialisation (warp_specialise.c) and wgmma's asynchronous dots (sm90a.c). */
+typedef struct Sm90State {
     /* TMA (sm_90a, tma.c): the tensor maps the kernel takes, the buffers
      * TMA fills (alloc Value* -> 1) and their rings */
     int ntmaps;
@@ -282,6 +253,41 @@ struct Cg {
      * otherwise each right after it is issued */
     bool lazy_dots;
     Map wait_tok;   /* consumer: tile.wait Op* -> the Token it waited for */
+} Sm90State;
+
+struct Cg {
+    Arena *a;
+    Diag *d;
+    bool failed;
+    const CgTarget *target;
+    const Target *info;
+    LLVMContextRef ctx;
+    LLVMModuleRef mod;
+    LLVMBuilderRef b;
+    LLVMValueRef fn, smem;
+    LLVMTypeRef i1, i16, i32, i64, f16, bf16, f32, v2f16, p1;
+    const KernelSpec *spec;
+    Map vals;            /* Value* -> Cv* */
+    /* the layout */
+    LayKind lay;
+    bool acc16;
+    AccLayout acc;
+    int nwarps, threads, mrep;
+    int wcols;           /* warps across the columns (the grid above) */
+    int64_t R;
+    LLVMValueRef tid, lane, warp;
+    LLVMValueRef warp_row, warp_col;   /* warp / wcols, warp % wcols */
+    bool async;          /* async copies were issued (drain them) */
+    bool short_shared;   /* shared pointers are 32-bit (target.h short_shared) */
+    /* dynamic shared memory: live ranges, reused once their owner is dead */
+    int64_t smem_bytes;               /* the peak */
+    int nlive;
+    struct Live { int64_t off, size; const Value *owner; } live[64], dead[64];
+    int ndead;                        /* freed buffers (-1: more than dead[] holds) */
+    const Value *owner;               /* whose buffer smem_alloc makes now */
+    const Block *top;                 /* the launch body */
+    Map last_use;                     /* Value* -> index of its last top-level op + 1 */
+    Sm90State hopper;   /* sm_90a's TMA, warp specialisation and async dots */
 };
 
 /* ---- llvm.c ------------------------------------------------------------------ */
@@ -421,7 +427,7 @@ void release_stages(Cg *cg, const Op *op);
 /* tile.wait's token, or NULL (reported). */
 const Token *wait_token(Cg *cg, const Op *op);
 /* One kernel for a launch, lowered for the target; see cg.h. */
-/* lower.c: the ops of blk, in the role cg->role (yv, ys: what its
+/* lower.c: the ops of blk, in the role cg->hopper.role (yv, ys: what its
  * tile.yield yields, or NULL) */
 void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys);
 /* warp_specialise.c: a warp-specialised kernel's body, once per role */

@@ -192,28 +192,28 @@ static bool reads_result(const Op *op, const Op *dot) {
  * (the overlap pass's order) waits for Q·Kᵀ with P·V still running. */
 static void complete(Cg *cg, const Op *op) {
     int need = -1;
-    for (int i = 0; i < cg->nin_flight; i++) {
-        const Op *dot = cg->in_flight[i].op;
+    for (int i = 0; i < cg->hopper.nin_flight; i++) {
+        const Op *dot = cg->hopper.in_flight[i].op;
         if (!op || op->nregions || reads_result(op, dot) ||
-            (op->kind == OP_COPY_ASYNC && cg->role != ROLE_CONSUMER && dot_reads(dot, op->operands[1])))
+            (op->kind == OP_COPY_ASYNC && cg->hopper.role != ROLE_CONSUMER && dot_reads(dot, op->operands[1])))
             need = i;
     }
     if (need < 0)
         return;
     int nacc = 0;
     for (int i = 0; i <= need; i++)
-        nacc += cg->in_flight[i].nacc;
+        nacc += cg->hopper.in_flight[i].nacc;
     LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)nacc + 1);
     nacc = 0;
     for (int i = 0; i <= need; i++)
-        for (int j = 0; j < cg->in_flight[i].nacc; j++)
-            acc[nacc++] = cg->in_flight[i].acc[j];
-    wait_groups(cg, cg->nin_flight - 1 - need, acc, nacc);
+        for (int j = 0; j < cg->hopper.in_flight[i].nacc; j++)
+            acc[nacc++] = cg->hopper.in_flight[i].acc[j];
+    wait_groups(cg, cg->hopper.nin_flight - 1 - need, acc, nacc);
     nacc = 0;
-    struct InFlight done[sizeof cg->in_flight / sizeof cg->in_flight[0]];
-    memcpy(done, cg->in_flight, sizeof done[0] * (size_t)(need + 1));
-    memmove(cg->in_flight, cg->in_flight + need + 1, sizeof done[0] * (size_t)(cg->nin_flight - need - 1));
-    cg->nin_flight -= need + 1;
+    struct InFlight done[sizeof cg->hopper.in_flight / sizeof cg->hopper.in_flight[0]];
+    memcpy(done, cg->hopper.in_flight, sizeof done[0] * (size_t)(need + 1));
+    memmove(cg->hopper.in_flight, cg->hopper.in_flight + need + 1, sizeof done[0] * (size_t)(cg->hopper.nin_flight - need - 1));
+    cg->hopper.nin_flight -= need + 1;
     for (int i = 0; i <= need; i++) {
         for (int j = 0; j < done[i].nacc; j++)
             done[i].acc[j] = acc[nacc++];
@@ -309,7 +309,7 @@ static void emit_dot(Cg *cg, const Op *op) {
             afr[4 * ks + j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
         }
     LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
-    if (cg->pingpong && cg->role == ROLE_CONSUMER && !prev_in_turn(op))   /* this warpgroup's turn */
+    if (cg->hopper.pingpong && cg->hopper.role == ROLE_CONSUMER && !prev_in_turn(op))   /* this warpgroup's turn */
         pingpong_barrier(cg, "sync", wg);
     cg_asm(cg, "wgmma.fence.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     for (int64_t n0 = 0; n0 < N; n0 += 256) {   /* N up to 256 an instruction */
@@ -320,15 +320,15 @@ static void emit_dot(Cg *cg, const Op *op) {
                   operand_at(cg, &bo, ks), !(fresh && ks == 0), a_mn, b_mn);
     }
     cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-    if (cg->pingpong && cg->role == ROLE_CONSUMER && !next_in_turn(op))   /* issued: the next warpgroup's turn */
+    if (cg->hopper.pingpong && cg->hopper.role == ROLE_CONSUMER && !next_in_turn(op))   /* issued: the next warpgroup's turn */
         pingpong_barrier(cg, "arrive", LLVMBuildURem(cg->b, add32(cg, wg, 1), ci32(cg, cg->nwarps / 4), ""));
-    if (cg->nin_flight == (int)(sizeof cg->in_flight / sizeof cg->in_flight[0]))
+    if (cg->hopper.nin_flight == (int)(sizeof cg->hopper.in_flight / sizeof cg->hopper.in_flight[0]))
         complete(cg, NULL);   /* (no kernel keeps this many in flight) */
-    struct InFlight *f = &cg->in_flight[cg->nin_flight++];
+    struct InFlight *f = &cg->hopper.in_flight[cg->hopper.nin_flight++];
     *f = (struct InFlight){op, false, dist_new(cg, rt->elem, cg->R, N), acc, nacc, per, acc16};
     set_result(cg, f);
     cv_put(cg, op->results[0], cv_dist(cg, f->r));
-    if (!cg->lazy_dots)   /* a launch softmax-overlap left alone: the dot completes here */
+    if (!cg->hopper.lazy_dots)   /* a launch softmax-overlap left alone: the dot completes here */
         complete(cg, NULL);
 }
 
@@ -359,7 +359,7 @@ static void drain(Cg *cg) {
  * where it was measured (+2.6 %, doc/codegen.md); not measured elsewhere. */
 static bool may_skip_unit_scale(const Cg *cg, const Op *mul) {
     (void)mul;
-    return cg->lazy_dots;
+    return cg->hopper.lazy_dots;
 }
 
 const CgTarget sm90a_target = {

@@ -10,7 +10,7 @@
  * is reused only after a barrier: other warps may still read it (and,
  * with asynchronous copies, after those in flight have landed). */
 LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
-    cg->tile_smem |= cg->role == ROLE_CONSUMER;
+    cg->hopper.tile_smem |= cg->hopper.role == ROLE_CONSUMER;
     bytes = (bytes + 15) & ~(int64_t)15;
     int64_t off = 0;
     for (bool moved = true; moved;) {
@@ -135,8 +135,8 @@ void emit_alloc(Cg *cg, const Op *op) {
     /* a buffer TMA fills has an mbarrier per stage, living as long as it
      * (placed first: in the gap a 1024-aligned buffer leaves they would
      * reuse memory, which drains the copies in flight) */
-    bool tma = map_get(&cg->tma_bufs, op->results[0]) != NULL;
-    LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (cg->producer_warps ? 2 : 1), 8) : NULL;
+    bool tma = map_get(&cg->hopper.tma_bufs, op->results[0]) != NULL;
+    LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (cg->hopper.producer_warps ? 2 : 1), 8) : NULL;
     c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
     if (tma)
         tma_ring_init(cg, op, c->mem, bars);

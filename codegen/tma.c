@@ -88,16 +88,16 @@ bool tma_collect(Cg *cg, const Block *blk) {
         m.box[dims->elems[0]->i] = rows;
         m.box[st->rank - 1] = TMA_PANEL;
         bool seen = false;
-        for (int j = 0; j < cg->ntmaps; j++)
-            seen |= memcmp(&cg->tmaps[j], &m, sizeof m) == 0;
+        for (int j = 0; j < cg->hopper.ntmaps; j++)
+            seen |= memcmp(&cg->hopper.tmaps[j], &m, sizeof m) == 0;
         if (!seen) {
-            if (cg->ntmaps == MANIFEST_MAX_TMAPS)
+            if (cg->hopper.ntmaps == MANIFEST_MAX_TMAPS)
                 return cg_err(cg, op, "a kernel takes at most 8 tensor maps (the runtime's MANIFEST_MAX_TMAPS)", NULL), false;
-            cg->tmap_src[cg->ntmaps] = src;
-            cg->tmaps[cg->ntmaps++] = m;
+            cg->hopper.tmap_src[cg->hopper.ntmaps] = src;
+            cg->hopper.tmaps[cg->hopper.ntmaps++] = m;
         }
         if (op->kind == OP_COPY_ASYNC)
-            map_put(cg->a, &cg->tma_bufs, op->operands[1], (void *)1);
+            map_put(cg->a, &cg->hopper.tma_bufs, op->operands[1], (void *)1);
     }
     return true;
 }
@@ -107,16 +107,16 @@ bool tma_collect(Cg *cg, const Block *blk) {
  * arrival per consumer warp; initialised by thread 0, then made visible to
  * every thread and to the TMA unit. At most 16 stages (the state's bits). */
 void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
-    if (cg->nrings == 8 || m->cdims[0] > 16) {
+    if (cg->hopper.nrings == 8 || m->cdims[0] > 16) {
         cg_err(cg, alloc, "a kernel has at most 8 buffers that TMA fills, of at most 16 stages", NULL);
         return;
     }
-    Ring *r = &cg->rings[cg->nrings++];
+    Ring *r = &cg->hopper.rings[cg->hopper.nrings++];
     r->buf = m;
     r->stages = (int)m->cdims[0];
     r->bars = bars;
     r->state = entry_alloca(cg, 0);
-    if (cg->producer_warps) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
+    if (cg->hopper.producer_warps) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
         r->empty = gep(cg, SK_I64, bars, ci64(cg, r->stages));
         r->empty_phase = entry_alloca(cg, -1);
     }
@@ -135,9 +135,9 @@ void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
 }
 
 static Ring *ring_of(Cg *cg, const Op *op, const Mem *m) {
-    for (int i = 0; i < cg->nrings; i++)
-        if (cg->rings[i].buf == m)
-            return &cg->rings[i];
+    for (int i = 0; i < cg->hopper.nrings; i++)
+        if (cg->hopper.rings[i].buf == m)
+            return &cg->hopper.rings[i];
     cg_err(cg, op, "internal error: a TMA copy into a buffer without mbarriers", NULL);
     return NULL;
 }
@@ -165,8 +165,8 @@ static void box_coords(Cg *cg, const LLVMValueRef *co, int rank, int64_t c0, LLV
 
 /* The tensor map of a TMA copy or store: over tensor `src`, rows per box. */
 static int tmap_of(Cg *cg, const Op *op, const Value *src, int row_dim, int64_t rows) {
-    for (int j = 0; j < cg->ntmaps; j++)
-        if (cg->tmap_src[j] == src && cg->tmaps[j].box[row_dim] == rows)
+    for (int j = 0; j < cg->hopper.ntmaps; j++)
+        if (cg->hopper.tmap_src[j] == src && cg->hopper.tmaps[j].box[row_dim] == rows)
             return j;
     cg_err(cg, op, "internal error: no tensor map for this TMA copy or store", NULL);
     return -1;
@@ -187,7 +187,7 @@ void tma_copy(Cg *cg, const Op *op) {
         return;
     /* every warp is done with the stage this overwrites (see cp_async_copy);
      * under warp specialisation the producer waits for its empty barrier */
-    if (cg->role == ROLE_ALL && (!op->prev || op->prev->kind != OP_COPY_ASYNC))
+    if (cg->hopper.role == ROLE_ALL && (!op->prev || op->prev->kind != OP_COPY_ASYNC))
         cg_barrier(cg);
     LLVMValueRef stage = as_scalar(cg, op, op->operands[2]);
     LLVMValueRef bit = stage_bit(cg, stage);
@@ -203,7 +203,7 @@ void tma_copy(Cg *cg, const Op *op) {
      * tile's first keys instead of waiting for its release. */
     LLVMValueRef inside = LLVMBuildICmp(cg->b, LLVMIntSLT, co[row_dim], src->dims[row_dim], "");
     LLVMValueRef bit_if = LLVMBuildSelect(cg->b, inside, bit, ci32(cg, 0), "");
-    if (cg->role == ROLE_PRODUCER) {
+    if (cg->hopper.role == ROLE_PRODUCER) {
         LLVMValueRef eph = LLVMBuildLoad2(cg->b, cg->i32, r->empty_phase, "");
         LLVMValueRef parity = LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, eph, LLVMBuildTrunc(cg->b, stage, cg->i32, ""), ""),
                                            ci32(cg, 1), "");
@@ -217,9 +217,9 @@ void tma_copy(Cg *cg, const Op *op) {
     LLVMValueRef bytes = ci32(cg, rows * cols * esize(dst->elem));
     /* the issuing thread: thread 0, or the producer warpgroup's first; the
      * consumers only keep count of the fills */
-    LLVMValueRef issuer = cg->role == ROLE_PRODUCER
+    LLVMValueRef issuer = cg->hopper.role == ROLE_PRODUCER
                               ? LLVMBuildICmp(cg->b, LLVMIntEQ, cg->tid, ci32(cg, 32 * cg->nwarps), "")
-                              : cg->role == ROLE_ALL ? thread0(cg) : LLVMConstInt(cg->i1, 0, false);
+                              : cg->hopper.role == ROLE_ALL ? thread0(cg) : LLVMConstInt(cg->i1, 0, false);
     LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, issuer, inside, ""));
     LLVMValueRef arm[2] = {bar, bytes};
     cg_asm(cg, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}",
@@ -235,7 +235,7 @@ void tma_copy(Cg *cg, const Op *op) {
     const char *cons = rank == 1 ? "r,l,r,r,~{memory}" : rank == 2 ? "r,l,r,r,r,~{memory}"
                      : rank == 3 ? "r,l,r,r,r,r,~{memory}" : rank == 4 ? "r,l,r,r,r,r,r,~{memory}"
                                                                 : "r,l,r,r,r,r,r,r,~{memory}";
-    LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->tmap_param[map], cg->i64, "");
+    LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->hopper.tmap_param[map], cg->i64, "");
     for (int64_t c0 = 0; c0 < cols; c0 += TMA_PANEL) {
         LLVMValueRef args[8];
         args[0] = ptr_i32(cg, gep(cg, dst->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
@@ -279,7 +279,7 @@ void tma_copy(Cg *cg, const Op *op) {
  * persistent block's next tile, which then meets once more), before its
  * memory is reused and before the kernel returns (drain). */
 void tma_store_wait(Cg *cg) {
-    if (cg->tma_stores)   /* (a thread that committed no group passes at once) */
+    if (cg->hopper.tma_stores)   /* (a thread that committed no group passes at once) */
         cg_asm(cg, "cp.async.bulk.wait_group.read 0;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
 }
 
@@ -303,14 +303,14 @@ void tma_store(Cg *cg, const Op *op) {
     int map = tmap_of(cg, op, op->operands[0], row_dim, slab);
     if (map < 0)
         return;
-    bool tile_smem = cg->tile_smem;   /* (the slabs are this thread's warpgroup's alone) */
+    bool tile_smem = cg->hopper.tile_smem;   /* (the slabs are this thread's warpgroup's alone) */
     LLVMValueRef base = smem_alloc_aligned(cg, rows * cols * esize(m->elem), 1024);
-    cg->tile_smem = tile_smem || !per_warpgroup;
+    cg->hopper.tile_smem = tile_smem || !per_warpgroup;
     /* this thread's slab: rows [first, first + slab) */
     LLVMValueRef first = per_warpgroup ? zext64(cg, LLVMBuildMul(cg->b, warpgroup_of(cg), ci32(cg, slab), "")) : ci64(cg, 0);
     LLVMValueRef own_base = gep(cg, m->elem, base, mul(cg, first, ci64(cg, cols)));
-    if (cg->persistent) {   /* the last tile's store (this op's) may still be reading the slab */
-        cg->tma_stores = true;   /* (issued at run time, though not yet emitted) */
+    if (cg->hopper.persistent) {   /* the last tile's store (this op's) may still be reading the slab */
+        cg->hopper.tma_stores = true;   /* (issued at run time, though not yet emitted) */
         tma_store_wait(cg);
         slab_barrier(cg, per_warpgroup);
     }
@@ -341,7 +341,7 @@ void tma_store(Cg *cg, const Op *op) {
                                                         ci32(cg, 0), "")
                                         : thread0(cg);
     join = if_begin(cg, issuer);
-    LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->tmap_param[map], cg->i64, "");
+    LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->hopper.tmap_param[map], cg->i64, "");
     StrBuf text;
     strbuf_open(&text);
     fprintf(text.f, "cp.async.bulk.tensor.%dd.global.shared::cta.bulk_group [$0, {", rank);
@@ -362,7 +362,7 @@ void tma_store(Cg *cg, const Op *op) {
     }
     cg_asm(cg, "cp.async.bulk.commit_group;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     if_end(cg, join);
-    cg->tma_stores = true;
+    cg->hopper.tma_stores = true;
 }
 
 /* The parity of the phase the fill of stage in flight completes: the
@@ -402,8 +402,8 @@ void tma_wait(Cg *cg, const Op *op) {
     Ring *r = t->ring;
     LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
     wait_phase(cg, stage_bar(cg, r, t->stage), fill_parity(cg, state, t->stage));
-    if (cg->role == ROLE_CONSUMER)
-        map_put(cg->a, &cg->wait_tok, op, (void *)t);
+    if (cg->hopper.role == ROLE_CONSUMER)
+        map_put(cg->a, &cg->hopper.wait_tok, op, (void *)t);
     LLVMValueRef landed = LLVMBuildShl(cg->b, stage_bit(cg, t->stage), ci32(cg, 16), "");
     LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, LLVMBuildNot(cg->b, landed, ""), ""), r->state);
 }
@@ -413,8 +413,8 @@ void tma_wait(Cg *cg, const Op *op) {
  * memory is reused. A later wait for a drained fill passes at once: its
  * phase has completed (and the stage is not filled again before that wait). */
 static void drain_rings(Cg *cg, bool release) {
-    for (int i = 0; i < cg->nrings; i++) {
-        Ring *r = &cg->rings[i];
+    for (int i = 0; i < cg->hopper.nrings; i++) {
+        Ring *r = &cg->hopper.rings[i];
         for (int s = 0; s < r->stages; s++) {
             LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
             LLVMValueRef in_flight = LLVMBuildICmp(cg->b, LLVMIntNE, LLVMBuildAnd(cg->b, state, ci32(cg, 1 << (16 + s)), ""),

@@ -24,12 +24,12 @@ enum { SECTION_TILES = 256 };
 /* S, computed once before the tile loop (a division by a parameter that
  * may be 0 as far as LLVM knows, which it would not hoist). */
 static LLVMValueRef section_heads(Cg *cg) {
-    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, SECTION_TILES), cg->tiles_x, "");
+    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, SECTION_TILES), cg->hopper.tiles_x, "");
     return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, per, ci64(cg, 0), ""), ci64(cg, 1), per, "");
 }
 
 static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef s, LLVMValueRef pid[2]) {
-    LLVMValueRef x = cg->tiles_x, y = cg->tiles_y;
+    LLVMValueRef x = cg->hopper.tiles_x, y = cg->hopper.tiles_y;
     LLVMValueRef first_y = mul(cg, LLVMBuildUDiv(cg->b, t, mul(cg, s, x), ""), s);
     LLVMValueRef left = LLVMBuildSub(cg->b, y, first_y, "");
     LLVMValueRef heads = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, left, s, ""), left, s, "");
@@ -69,7 +69,7 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef s, LLVMValueRef pid[
 #define SCHED_END (~0ULL)
 
 /* Made by every thread before the roles part. */
-static void sched_init(Cg *cg) { cg->sched = smem_alloc_aligned(cg, 8, 8); }
+static void sched_init(Cg *cg) { cg->hopper.sched = smem_alloc_aligned(cg, 8, 8); }
 
 /* The producer publishes its i-th tile, `word` (lane 0 writes; the warp
  * arrives). */
@@ -78,7 +78,7 @@ static void sched_publish(Cg *cg, LLVMValueRef i, LLVMValueRef word) {
     named_barrier(cg, "sync", NB_SCHED_EMPTY, NULL, cg->threads + 32);
     if_end(cg, after_first);
     LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
-    LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpXchg, cg->sched, word, LLVMAtomicOrderingMonotonic, false);
+    LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpXchg, cg->hopper.sched, word, LLVMAtomicOrderingMonotonic, false);
     if_end(cg, join);
     for (int w = 0; w < cg->nwarps / 4; w++)
         named_barrier(cg, "arrive", NB_SCHED_FULL, ci32(cg, w), 128 + 32);
@@ -93,7 +93,7 @@ static LLVMValueRef sched_more(Cg *cg, LLVMValueRef word) {
  * ends the loop (the producer has returned). */
 static LLVMValueRef sched_take(Cg *cg) {
     named_barrier(cg, "sync", NB_SCHED_FULL, warpgroup_of(cg), 128 + 32);
-    LLVMValueRef word = LLVMBuildLoad2(cg->b, cg->i64, cg->sched, "tile");
+    LLVMValueRef word = LLVMBuildLoad2(cg->b, cg->i64, cg->hopper.sched, "tile");
     LLVMSetOrdering(word, LLVMAtomicOrderingMonotonic);
     LLVMSetAlignment(word, 8);
     LLVMBasicBlockRef join = if_begin(cg, sched_more(cg, word));
@@ -108,7 +108,7 @@ static LLVMValueRef sched_ask(Cg *cg) {
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
     LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
     LLVMBasicBlockRef asked = LLVMGetInsertBlock(cg->b);
-    LLVMValueRef got = LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpAdd, cg->tile_counter, ci32(cg, 1),
+    LLVMValueRef got = LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpAdd, cg->hopper.tile_counter, ci32(cg, 1),
                                           LLVMAtomicOrderingMonotonic, false);
     if_end(cg, join);
     LLVMValueRef v = LLVMBuildPhi(cg->b, cg->i32, "");
@@ -127,16 +127,16 @@ static LLVMValueRef sched_ask(Cg *cg) {
  * the warpgroup's own slab and waits for its last one itself, tma.c): a
  * kernel where one does is refused. */
 static void emit_tiles(Cg *cg, const Block *body) {
-    if (!cg->persistent) {
+    if (!cg->hopper.persistent) {
         emit_block(cg, body, NULL, NULL);
         return;
     }
-    bool producer = cg->role == ROLE_PRODUCER;
+    bool producer = cg->hopper.role == ROLE_PRODUCER;
     LLVMValueRef first = NULL, grid = NULL, total = NULL, s = NULL;   /* (the producer's) */
     if (producer) {
         first = zext64(cg, sreg(cg, "ctaid.x"));
         grid = zext64(cg, sreg(cg, "nctaid.x"));
-        total = mul(cg, cg->tiles_x, cg->tiles_y);
+        total = mul(cg, cg->hopper.tiles_x, cg->hopper.tiles_y);
         s = section_heads(cg);
     }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
@@ -164,7 +164,7 @@ static void emit_tiles(Cg *cg, const Block *body) {
     LLVMBuildCondBr(cg->b, sched_more(cg, word), bodybb, exit);
     LLVMPositionBuilderAtEnd(cg->b, bodybb);
     LLVMValueRef asked = producer ? sched_ask(cg) : NULL;
-    cg->tile_smem = false;
+    cg->hopper.tile_smem = false;
     cv_put(cg, body->args[0], cv_scalar(cg, LLVMBuildAnd(cg->b, word, ci64(cg, 0xffffffff), "")));
     cv_put(cg, body->args[1], cv_scalar(cg, LLVMBuildLShr(cg->b, word, ci64(cg, 32), "")));
     cv_put(cg, body->args[2], cv_scalar(cg, ci64(cg, 0)));
@@ -174,7 +174,7 @@ static void emit_tiles(Cg *cg, const Block *body) {
     if (!producer) {
         cg->target->complete(cg, NULL);
         tma_drain_release(cg);
-        if (cg->tile_smem) {   /* (no kernel attnc makes has any: each warpgroup's O goes out by its own slab) */
+        if (cg->hopper.tile_smem) {   /* (no kernel attnc makes has any: each warpgroup's O goes out by its own slab) */
             cg_err(cg, cg->spec->launch,
                    "internal error: the consumers of a persistent kernel write shared memory other warpgroups "
                    "read; its tiles would need a barrier of every consumer at the start",
@@ -201,9 +201,9 @@ static void emit_tiles(Cg *cg, const Block *body) {
  * stages); setmaxnreg hands the producer's registers to the consumers. */
 void emit_specialised(Cg *cg, const Block *body) {
     for (const Op *op = body->first; op && !cg->failed; op = op->next)
-        if (op->kind == OP_ALLOC && map_get(&cg->tma_bufs, op->results[0]))
+        if (op->kind == OP_ALLOC && map_get(&cg->hopper.tma_bufs, op->results[0]))
             emit_alloc(cg, op);
-    if (cg->persistent)
+    if (cg->hopper.persistent)
         sched_init(cg);
     Map shared;   /* the values both roles see: the parameters, the buffers */
     map_copy(cg->a, &shared, &cg->vals);
@@ -212,16 +212,16 @@ void emit_specialised(Cg *cg, const Block *body) {
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntUGE, cg->warp, ci32(cg, cg->nwarps), ""), prod, cons);
     /* the consumers get what the producer gives up (of their block's share
      * of the register file), in multiples of 8 */
-    int64_t regs = (65536 / cg->blocks_per_sm - 32 * cg->producer_warps * PRODUCER_REGS) / cg->threads / 8 * 8;
+    int64_t regs = (65536 / cg->hopper.blocks_per_sm - 32 * cg->hopper.producer_warps * PRODUCER_REGS) / cg->threads / 8 * 8;
     LLVMPositionBuilderAtEnd(cg->b, cons);
-    cg->role = ROLE_CONSUMER;
+    cg->hopper.role = ROLE_CONSUMER;
     cg_asm(cg, arena_printf(cg->a, "setmaxnreg.inc.sync.aligned.u32 %d;", (int)(regs < MAX_REGS ? regs : MAX_REGS)),
            "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     /* ping-pong: warpgroup 0 goes first (the last one's arrival stands for
      * a turn before the loop); after the loop warpgroup 0 takes the last
      * arrival meant for it, so no barrier is left half-arrived */
     LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
-    if (cg->pingpong) {
+    if (cg->hopper.pingpong) {
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, cg->nwarps / 4 - 1), ""));
         named_barrier(cg, "arrive", NB_TURN, ci32(cg, 0), 256);
         if_end(cg, join);
@@ -231,7 +231,7 @@ void emit_specialised(Cg *cg, const Block *body) {
         return;
     if (cg->target->complete)
         cg->target->complete(cg, NULL);
-    if (cg->pingpong) {
+    if (cg->hopper.pingpong) {
         LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, wg, ci32(cg, 0), ""));
         named_barrier(cg, "sync", NB_TURN, ci32(cg, 0), 256);
         if_end(cg, join);
@@ -240,7 +240,7 @@ void emit_specialised(Cg *cg, const Block *body) {
     LLVMBuildRetVoid(cg->b);
     LLVMPositionBuilderAtEnd(cg->b, prod);
     cg->vals = shared;
-    cg->role = ROLE_PRODUCER;
+    cg->hopper.role = ROLE_PRODUCER;
     cg_asm(cg, arena_printf(cg->a, "setmaxnreg.dec.sync.aligned.u32 %d;", PRODUCER_REGS), "~{memory}",
            LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     /* one warp of the warpgroup runs the copies (one of its threads issues
