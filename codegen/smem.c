@@ -136,7 +136,14 @@ void emit_alloc(Cg *cg, const Op *op) {
      * (placed first: in the gap a 1024-aligned buffer leaves they would
      * reuse memory, which drains the copies in flight) */
     bool tma = map_get(&cg->hopper.tma_bufs, op->results[0]) != NULL;
-    LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (cg->hopper.producer_warps ? 2 : 1), 8) : NULL;
+    Attr *ring = op_attr(op, "nv.ring");   /* sm90a-layout: "full", or "full,empty" under warp specialisation */
+    bool empty = ring && strcmp(ring->s, "full,empty") == 0;
+    if (tma && (!ring || empty != (cg->hopper.producer_warps != 0))) {
+        cg_err(cg, op, "internal error: a buffer TMA fills needs nv.ring, with empty barriers exactly under warp "
+                       "specialisation (run sm90a-layout)", NULL);
+        return;
+    }
+    LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (empty ? 2 : 1), 8) : NULL;
     c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
     if (tma)
         tma_ring_init(cg, op, c->mem, bars);

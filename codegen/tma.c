@@ -116,7 +116,8 @@ void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
     r->stages = (int)m->cdims[0];
     r->bars = bars;
     r->state = entry_alloca(cg, 0);
-    if (cg->hopper.producer_warps) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
+    Attr *ring = op_attr(alloc, "nv.ring");
+    if (strcmp(ring->s, "full,empty") == 0) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
         r->empty = gep(cg, SK_I64, bars, ci64(cg, r->stages));
         r->empty_phase = entry_alloca(cg, -1);
     }

@@ -234,6 +234,21 @@ static bool pick_warps(const Lower *l, Op *launch, const Scan *s, int64_t rows, 
     return true;
 }
 
+/* The mbarrier ring of each buffer TMA fills (nv.ring on its tile.alloc):
+ * per stage a "full" barrier the copy completes and a wait spins on, and
+ * under warp specialisation an "empty" one the consumers arrive at when
+ * they release the stage and the producer waits on before it fills it. */
+static void mark_rings(Arena *a, const Block *blk, bool empty) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        Op *buf = op->kind == OP_COPY_ASYNC ? op->operands[1]->def : NULL;
+        if (buf && buf->kind == OP_ALLOC)
+            op_set_attr(a, buf, "nv.ring", attr_str(a, empty ? "full,empty" : "full"));
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                mark_rings(a, op->regions[r].blocks[k], empty);
+    }
+}
+
 /* Every copy of the launch by TMA where TMA can make each, and then warp
  * specialisation and its schedule. */
 static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
@@ -290,6 +305,7 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
         if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
             op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
     }
+    mark_rings(a, body, specialise);
     return true;
 }
 
