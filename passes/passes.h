@@ -11,7 +11,9 @@
  *   backward.c   attention blocks' gradients, derived in the attn IR (-backward)
  *   fusion.c     attention patterns -> attn.attention; GEMM + epilogue -> attn.fused_gemm
  *   mask_analysis.c  affine key bounds of attention masks (for tiling)
- *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops)
+ *   tiling.c     fused ops -> tile.launch kernels (programs over tiles, K/V loops);
+ *                each kind of op in tiling_gemm.c, tiling_attention.c,
+ *                tiling_backward.c, tiling_rows.c
  *   online_softmax.c  the softmax's three key loops -> one, with running max/sum/rescale
  *   double_buffer.c   loads of iteration it + S - 1 copied async into S shared stages
  *   nv_layout.c  tile IR -> nv IR (sm70-, sm80-, sm90a-layout), with the

@@ -1,0 +1,64 @@
+/* tiling.h — what the tiling pass's files share (internal): tiling.c holds
+ * the pass, the tile sizes and the builders of launches, loops and loads;
+ * tiling_gemm.c, tiling_attention.c, tiling_backward.c and tiling_rows.c
+ * each tile one kind of op. */
+#ifndef ATTNC_TILING_H
+#define ATTNC_TILING_H
+
+#include "ir/builder.h"
+#include "passes/passes.h"
+#include "target/schedule.h"
+#include "target/target.h"
+
+/* What the default attention tile depends on besides the head dim: whether
+ * the keys a row sees follow the row (an exact band from mask-analysis with
+ * a row term: causal, windows), and else whether the hooks read a tensor
+ * per key. */
+typedef enum { KEYS_ALL, KEYS_GATHERED, KEYS_FOLLOW_ROW } KeyShape;
+
+/* The key tiles a program's rows [r0, r0 + BM) visit, as segments of
+ * [start, end): without a band, all of [0, Nk), masked. With one, only the
+ * range its rows can see (start rounded down to a tile); with an exact band,
+ * split into a masked edge, an unmasked interior (tiles every row sees
+ * entirely, inside Nk) and a masked edge. Tiles outside are never visited. */
+typedef struct Segment {
+    Value *start, *end;
+    bool masked;
+} Segment;
+
+/* tiling.c: loads, stores and yields of boxes; launches and loops; a
+ * scalar region made elementwise over tiles; an op replaced by what a
+ * builder made; the tile sizes */
+Value *t_load(Builder *b, Value *mem, Value **index, const int *dims, Type *t, double pad);
+void t_store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims);
+void t_yield(Builder *b, int n, Value **vals);
+Type *memref_of(Arena *a, const Type *t);
+Op *make_launch(Builder *outer, SrcLoc loc, Value **grid, int nin, Value **inputs, int nres, Type **types, const char **names, Value ***args);
+Op *new_launch(Builder *outer, const Op *op, Value **grid, int nin, Value **inputs, Value ***args);
+Op *new_for(Builder *b, Value *lb, Value *ub, Value *step, int n, Value **init, Builder *body, Value **iv, Value ***carried);
+Value *vectorise(Builder *b, const Block *region, Value **args, const Map *memrefs);
+void replace_with(PassContext *ctx, Op *op, Block *tmp, Value **results);
+void replace_with_launch(PassContext *ctx, Op *op, Block *tmp, Op *l);
+int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t fallback);
+void schedule_on_launch(PassContext *ctx, const Op *func, Op *launch);
+int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, KeyShape keys, bool lean);
+int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64_t D);
+
+/* tiling_attention.c, shared with the backward: a mask's band at row i, the
+ * tensors the hooks read, the key segments a query tile visits */
+Value *band_at(Builder *b, const Attr *bound, Value *i);
+void collect_side_tensors(const Op *att, Arena *a, PtrVec *out);
+int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t BM, int64_t BN, Value *nk, Segment *seg);
+
+/* one file each: a kind of op made a tile.launch */
+bool tile_gemm(PassContext *ctx, Op *func, Op *g);
+bool tile_attention(PassContext *ctx, Op *func, Op *att);
+bool tile_attention_backward(PassContext *ctx, Op *func, Op *op);
+bool is_row_op(const Op *op);
+bool tile_rows(PassContext *ctx, Op *func, Op *op);
+
+/* the broken twin test-tiling-rows-round-down: attention's query tiles
+ * counted rounding down */
+extern bool tiling_rows_round_down;
+
+#endif

@@ -1,0 +1,318 @@
+/* tiling_attention.c — attn.attention as a tile.launch: a program per query
+ * tile, its key loops over segments the mask bounds, and the short-row
+ * variant (the tiling pass: tiling.c). */
+#include "passes/tiling.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct AttnTile {
+    Builder *b;
+    const Op *att;
+    Value *Q, *K, *V, *bi, *h, *kh, *r0, *q, *i_rows;
+    Map memrefs;
+    ScalarKind acc, dt;
+    int64_t BM, BN, D, DV;
+    double scale;
+    Value *nk;
+} AttnTile;
+
+/* The scores of key tile j0, as the unfused program computes them; with
+ * `masked`, keys past Nk and keys the mask hides are -inf (an interior tile,
+ * entirely inside the mask's band and Nk, needs neither). */
+static Value *scores(AttnTile *t, Builder *b, Value *j0, bool masked) {
+    const int rows_cols[2] = {2, 3};
+    Value *zero = b_index(b, 0);
+    Value *ki[4] = {t->bi, t->kh, j0, zero};
+    Value *kt = t_load(b, t->K, ki, rows_cols, b_tile_type(b, t->dt, t->BN, t->D), 0);
+    Value *ktt = b_emit(b, OP_TRANS, b_tile_type(b, t->dt, t->D, t->BN), 1, &kt);
+    Value *ops[3] = {t->q, ktt, b_splat(b, b_float(b, t->acc, 0), t->BM, t->BN)};
+    Value *s = b_emit(b, OP_DOT, b_tile_type(b, t->acc, t->BM, t->BN), 3, ops);
+    s = b_bin(b, OP_MUL, s, b_float(b, t->acc, t->scale));
+    Value *j = b_bin(b, OP_ADD, b_iota(b, 1, 1, t->BN), j0);
+    if (t->att->regions[0].nblocks) {
+        Value *args[5] = {b_cast(b, s, SK_F32), t->bi, t->h, t->i_rows, j};
+        Value *x = vectorise(b, t->att->regions[0].blocks[0], args, &t->memrefs);
+        x = b_bin(b, OP_ADD, x, b_splat(b, b_float(b, SK_F32, 0), t->BM, t->BN));   /* full shape */
+        s = b_cast(b, x, t->acc);
+    }
+    if (!masked)
+        return s;
+    Value *valid = b_cmp(b, "lt", j, t->nk);
+    if (t->att->regions[1].nblocks) {
+        Value *args[4] = {t->bi, t->h, t->i_rows, j};
+        valid = b_bin(b, OP_AND, valid, vectorise(b, t->att->regions[1].blocks[0], args, &t->memrefs));
+    }
+    return b_select(b, valid, s, b_float(b, t->acc, -INFINITY));
+}
+
+static int index_of_value(PtrVec *v, const Value *x) {
+    for (int i = 0; i < v->len; i++)
+        if (v->items[i] == x)
+            return i;
+    return -1;
+}
+
+/* Func-level tensors the hooks read: they become launch inputs. */
+void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
+    for (int r = 0; r < att->nregions; r++)
+        for (int bi = 0; bi < att->regions[r].nblocks; bi++)
+            for_each_op(op, att->regions[r].blocks[bi])
+                if (op->kind == OP_EXTRACT && index_of_value(out, op->operands[0]) < 0)
+                    vec_push(a, out, op->operands[0]);
+}
+
+/* Whether v (in a hook's region) is computed from the region's argument x. */
+static bool uses_arg(const Value *v, const Value *x) {
+    if (v == x)
+        return true;
+    for (int i = 0; v->def && i < v->def->noperands; i++)
+        if (uses_arg(v->def->operands[i], x))
+            return true;
+    return false;
+}
+
+/* Whether a hook (mask, score) reads a tensor at an index computed from the
+ * key j, its region's last argument: per key, as doc[b, j] or bias[h, i, j]. */
+static bool gathers_per_key(const Op *att) {
+    for (int r = 0; r < att->nregions; r++)
+        for (int bi = 0; bi < att->regions[r].nblocks; bi++) {
+            const Block *blk = att->regions[r].blocks[bi];
+            for_each_op(op, blk)
+                for (int i = 1; op->kind == OP_EXTRACT && blk->nargs && i < op->noperands; i++)
+                    if (uses_arg(op->operands[i], blk->args[blk->nargs - 1]))
+                        return true;
+        }
+    return false;
+}
+
+/* The value of a band bound (mask-analysis) at row `i`: c + k·i + Σ dims. */
+Value *band_at(Builder *b, const Attr *bound, Value *i) {
+    Value *v = b_bin(b, OP_MUL, i, b_index(b, attrs_get(bound->entries, bound->n, "i")->i));
+    v = b_bin(b, OP_ADD, v, b_index(b, attrs_get(bound->entries, bound->n, "c")->i));
+    const Attr *dims = attrs_get(bound->entries, bound->n, "dims");
+    for (int d = 0; d < dims->n; d++)
+        v = b_bin(b, OP_ADD, v, b_bin(b, OP_MUL, b_dim(b, (Dim){dims->entries[d].name, 0}),
+                                  b_index(b, dims->entries[d].value->i)));
+    return v;
+}
+
+
+int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t BM, int64_t BN, Value *nk,
+                        Segment *seg) {
+    Attr *band = op_attr(att, "band");
+    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
+    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    Value *last = b_bin(b, OP_ADD, r0, b_index(b, BM - 1)), *bn = b_index(b, BN);
+    Value *start = b_index(b, 0), *end = nk;
+    /* the widest range any row sees, and the range every row sees */
+    Value *all_lo = start, *all_hi = nk;
+    if (hi) {
+        bool up = attrs_get(hi->entries, hi->n, "i")->i >= 0;
+        end = b_bin(b, OP_MIN, nk, b_bin(b, OP_ADD, band_at(b, hi, up ? last : r0), b_index(b, 1)));
+        all_hi = b_bin(b, OP_MIN, nk, b_bin(b, OP_ADD, band_at(b, hi, up ? r0 : last), b_index(b, 1)));
+    }
+    if (lo) {
+        bool up = attrs_get(lo->entries, lo->n, "i")->i >= 0;
+        start = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, b_bin(b, OP_MAX, start, band_at(b, lo, up ? r0 : last)), bn), bn);
+        all_lo = b_bin(b, OP_MAX, start, band_at(b, lo, up ? last : r0));
+    }
+    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    /* without a mask only Nk bounds the keys: every tile but the last is
+     * whole and needs no masking */
+    bool unmasked = att->regions[mask_region].nblocks == 0;
+    if (!unmasked && (!exact || !exact->i)) {
+        seg[0] = (Segment){start, end, true};
+        return 1;
+    }
+    /* interior: whole tiles in [all_lo, all_hi), clamped into [start, end] */
+    Value *in_lo = b_bin(b, OP_MIN, b_bin(b, OP_MUL, b_ceildiv(b, all_lo, BN), bn), end);
+    in_lo = b_bin(b, OP_MAX, in_lo, start);
+    Value *in_hi = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, all_hi, bn), bn);
+    in_hi = b_bin(b, OP_MIN, b_bin(b, OP_MAX, in_hi, in_lo), end);
+    int n = 0;
+    if (lo)   /* with no lower bound every row sees key 0: no leading edge */
+        seg[n++] = (Segment){start, in_lo, true};
+    seg[n++] = (Segment){in_lo, in_hi, false};
+    seg[n++] = (Segment){in_hi, end, true};
+    return n;
+}
+
+/* The launch of attention op `att` in BM x BN tiles (its grid computed in
+ * `outer`): a program per BM query rows of one (batch, head). */
+static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int64_t BN, Builder *outer,
+                            const PtrVec *side) {
+    const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
+    AttnTile t = {0};
+    t.BM = BM;
+    t.BN = BN;
+    t.acc = op_attr(att, "acc")->type->elem;
+    t.dt = qt->elem;
+    t.scale = op_attr(att, "scale")->f;
+    t.att = att;
+    t.D = qt->dims[3].size;
+    t.DV = vt->dims[3].size;
+    int nin = 3 + side->len;
+    Value **inputs = NEW_ARRAY(ctx->arena, Value *, nin);
+    memcpy(inputs, att->operands, sizeof(Value *) * 3);
+    for (int i = 0; i < side->len; i++)
+        inputs[3 + i] = side->items[i];
+    Value *nq = b_dim(outer, qt->dims[2]);
+    Value *grid[3] = {tiling_rows_round_down ? b_bin(outer, OP_FLOORDIV, nq, b_index(outer, t.BM)) : b_ceildiv(outer, nq, t.BM),
+                      b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, qt->dims[1])),
+                      b_index(outer, 1)};
+    Value **args;
+    Op *l = new_launch(outer, att, grid, nin, inputs, &args);
+    schedule_on_launch(ctx, func, l);
+    Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, att->loc};
+    t.b = &b;
+    t.Q = args[3], t.K = args[4], t.V = args[5];
+    map_init(&t.memrefs, false);
+    for (int i = 0; i < side->len; i++)
+        map_put(ctx->arena, &t.memrefs, side->items[i], args[6 + i]);
+    /* which (batch, head, kv head) and rows this program owns */
+    Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]);
+    t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
+    t.h = b_bin(&b, OP_REM, args[1], H);
+    t.kh = b_bin(&b, OP_FLOORDIV, t.h, b_bin(&b, OP_FLOORDIV, H, HK));
+    t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
+    t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+    t.nk = b_dim(&b, kt->dims[2]);
+    Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
+    Segment seg[3];
+    int nseg = key_segments(&b, att, 1, t.r0, t.BM, t.BN, t.nk, seg);
+    const int rows_cols[2] = {2, 3};
+    Value *qi[4] = {t.bi, t.h, t.r0, zero};
+    t.q = t_load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
+    Value *ninf = b_float(&b, t.acc, -INFINITY), *fzero = b_float(&b, t.acc, 0);
+    Builder body;
+    Value *j0, **c;
+    /* loops 1: the row max, over each segment in turn */
+    Value *m = b_splat(&b, ninf, t.BM, 1);
+    for (int k = 0; k < nseg; k++) {
+        Op *l1 = new_for(&b, seg[k].start, seg[k].end, step, 1, &m, &body, &j0, &c);
+        op_set_attr(b.a, l1, "softmax", attr_str(b.a, "max"));
+        Value *s = scores(&t, &body, j0, seg[k].masked);
+        Value *mx = b_emit(&body, OP_TILE_REDUCE, b_tile_type(&body, t.acc, t.BM, 1), 1, &s);
+        op_set_attr(body.a, mx->def, "kind", attr_str(body.a, "max"));
+        Value *m1 = b_bin(&body, OP_MAX, c[0], mx);
+        t_yield(&body, 1, &m1);
+        m = l1->results[0];
+    }
+    Value *msafe = b_select(&b, b_cmp(&b, "eq", m, ninf), fzero, m);
+    /* loops 2: the row sum of exp(s - m) */
+    Value *lsum = b_splat(&b, fzero, t.BM, 1);
+    for (int k = 0; k < nseg; k++) {
+        Op *l2 = new_for(&b, seg[k].start, seg[k].end, step, 1, &lsum, &body, &j0, &c);
+        op_set_attr(b.a, l2, "softmax", attr_str(b.a, "sum"));
+        Value *s = scores(&t, &body, j0, seg[k].masked);
+        Value *e = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, s, msafe));
+        Value *rs = b_emit(&body, OP_TILE_REDUCE, b_tile_type(&body, t.acc, t.BM, 1), 1, &e);
+        op_set_attr(body.a, rs->def, "kind", attr_str(body.a, "sum"));
+        Value *l_next = b_bin(&body, OP_ADD, c[0], rs);
+        t_yield(&body, 1, &l_next);
+        lsum = l2->results[0];
+    }
+    Value *lsafe = b_select(&b, b_cmp(&b, "eq", lsum, fzero), b_float(&b, t.acc, 1), lsum);
+    /* loops 3: O = Σ softmax(s) · V, P rounded to the input type */
+    Value *acc = b_splat(&b, fzero, t.BM, t.DV);
+    for (int k = 0; k < nseg; k++) {
+        Op *l3 = new_for(&b, seg[k].start, seg[k].end, step, 1, &acc, &body, &j0, &c);
+        op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
+        Value *s = scores(&t, &body, j0, seg[k].masked);
+        Value *p = b_bin(&body, OP_DIV, b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, s, msafe)), lsafe);
+        Value *vi[4] = {t.bi, t.kh, j0, b_index(&body, 0)};
+        Value *vtile = t_load(&body, t.V, vi, rows_cols, b_tile_type(&body, t.dt, t.BN, t.DV), 0);
+        Value *ops[3] = {b_cast(&body, p, t.dt), vtile, c[0]};
+        Value *o_next = b_emit(&body, OP_DOT, c[0]->type, 3, ops);
+        t_yield(&body, 1, &o_next);
+        acc = l3->results[0];
+    }
+    t_store(&b, args[3 + nin], b_cast(&b, acc, t.dt), qi, rows_cols);
+    if (att->nresults == 2) {
+        Value *lse = b_bin(&b, OP_ADD, b_cast(&b, m, SK_F32), b_unary(&b, OP_LOG, b_cast(&b, lsum, SK_F32)));
+        const int lse_dims[2] = {2, -1};
+        Value *li[3] = {t.bi, t.h, t.r0};
+        t_store(&b, args[3 + nin + 1], lse, li, lse_dims);
+    }
+    t_yield(&b, 0, NULL);
+    return l;
+}
+
+/* The short-rows variant of the target for this attention (head dim D,
+ * keys of class `keys`), or NULL: none, or the block has a schedule for
+ * the target (it describes the one kernel: its tile, warps, producer...). */
+static const AttnShortTile *short_tile(const Op *func, const char *arch, int64_t D, KeyShape keys) {
+    Attr *all = op_attr(func, "schedule");
+    if ((all && attrs_get(all->entries, all->n, arch)) || keys == KEYS_GATHERED)
+        return NULL;
+    const Target *t = target_lookup(arch);
+    for (size_t i = 0; i < sizeof t->attn_short / sizeof *t->attn_short; i++) {
+        const AttnShortTile *v = &t->attn_short[i];
+        if (v->max_n && D <= v->max_d)
+            return !v->band_only || keys == KEYS_FOLLOW_ROW ? v : NULL;
+    }
+    return NULL;
+}
+
+bool tile_attention(PassContext *ctx, Op *func, Op *att) {
+    const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
+    int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
+    if (qt->dims[3].sym || vt->dims[3].sym)
+        return true;   /* symbolic head dims: the frontend never makes these */
+    /* an exact band (the mask is nothing but it) that follows the row:
+     * causal, sliding windows; not a document mask */
+    Attr *band = op_attr(att, "band");
+    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    KeyShape keys = gathers_per_key(att) ? KEYS_GATHERED : KEYS_ALL;
+    for (int i = 0; exact && exact->i && i < 2; i++) {
+        Attr *bound = attrs_get(band->entries, band->n, i ? "lo" : "hi");
+        Attr *k = bound ? attrs_get(bound->entries, bound->n, "i") : NULL;
+        if (k && k->i)
+            keys = KEYS_FOLLOW_ROW;
+    }
+    /* lean: nothing but the scores and the output in registers (f32
+     * accumulation, no score hook), what the band's wider tile needs */
+    bool lean = op_attr(att, "acc")->type->elem == SK_F32 && !att->regions[0].nblocks;
+    int64_t BM = schedule_tile(func, ctx->arch, 0, default_tile(ctx->arch, true, 0, D, keys, lean));
+    int64_t BN = schedule_tile(func, ctx->arch, 1,
+                               fit_keys(ctx->arch, func, BM, default_tile(ctx->arch, true, 1, D, keys, lean), D));
+    const AttnShortTile *sh = short_tile(func, ctx->arch, D, keys);
+    if (sh && !qt->dims[2].sym) {   /* the query length is known: the variant for it, now */
+        if (qt->dims[2].size <= sh->max_n)
+            BM = sh->rows, BN = sh->keys;
+        sh = NULL;
+    }
+    PtrVec side = {0};
+    collect_side_tensors(att, ctx->arena, &side);
+    Builder outer = {ctx->arena, NULL, NULL, att->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    if (!dim_equal(qt->dims[1], kt->dims[1]) && (qt->dims[1].sym || kt->dims[1].sym)) {
+        /* GQA with symbolic heads: the grouping needs Hq % Hkv == 0 */
+        Value *r = b_bin(&outer, OP_REM, b_dim(&outer, qt->dims[1]), b_dim(&outer, kt->dims[1]));
+        Op *check = op_create(ctx->arena, OP_ASSERT, 1, (Value *[]){b_cmp(&outer, "eq", r, b_index(&outer, 0))}, 0, NULL, 0);
+        check->loc = att->loc;
+        op_set_attr(ctx->arena, check, "message",
+                    attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
+        block_append(&tmp, check);
+    }
+    Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side);
+    if (!sh) {
+        replace_with_launch(ctx, att, &tmp, l);
+        return true;
+    }
+    /* short rows (the query length at most sh->max_n) in the variant's
+     * tiles, the rest in the default's: both launches, and each result
+     * chosen by the length (the runtime launches one; doc/passes.md) */
+    block_append(&tmp, l);
+    Op *ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side);
+    block_append(&tmp, ls);
+    Value *is_short = b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n));
+    Value **picks = NEW_ARRAY(ctx->arena, Value *, att->nresults);
+    for (int i = 0; i < att->nresults; i++)
+        picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3,
+                          (Value *[]){is_short, ls->results[i], l->results[i]});
+    replace_with(ctx, att, &tmp, picks);
+    return true;
+}

@@ -1,0 +1,337 @@
+/* tiling_backward.c — attn.attention_backward as its kernels: the
+ * preprocess, the key-block kernel (dK, dV; dQ by atomics or its own
+ * kernel), the postprocess (the tiling pass: tiling.c). */
+#include "passes/tiling.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- the attention backward ----------------------------------------------------------
+ * attn.attention_backward becomes three kernels (FlashAttention-2's plan,
+ * doc/backward.md):
+ *
+ *   preprocess  a program per BM query rows of one (batch, head):
+ *               D = rowsum(do ∘ o), f32 [B, Hq, Nq]
+ *   main        a program per BN keys of one (batch, kv head), holding dK and
+ *               dV tiles: for each query head of the group, for each BM-row
+ *               query tile, Sᵀ = K·Qᵀ (keys down, queries across, so lse and
+ *               D are row vectors), Pᵀ = exp(Sᵀ' − lse), dV += Pᵀ·dO,
+ *               dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ score'(Sᵀ), dK += dSᵀ·Q,
+ *               and dSᵀᵀ·K added into an f32 dQ accumulator (tile.atomic_add;
+ *               the launch's `zeroed` output starts at 0)
+ *   postprocess dq = scale · dQacc, rounded to q's type
+ *
+ * Keys past Nk and queries past Nq are masked like the mask's hidden
+ * scores (P = 0, so dS = 0). With a band from mask-analysis whose bounds
+ * move one key per query row (causal, windows, bottom-right causal), each
+ * key tile visits only the query tiles that see one of its keys: the band
+ * inverted (query_range). */
+
+/* The query rows [start, end) that can see a key of [j0, j0 + BN): with
+ * hi(i) = i + Kh, a query sees key j0 only from i = j0 − Kh on; with lo(i) =
+ * i + Kl, no query past j0 + BN − 1 − Kl sees the tile. Bounds with another
+ * slope leave the range whole (masked elementwise, still right). start is
+ * rounded down to a query tile. */
+static void query_range(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t BN, Value *nq, Value **start,
+                        Value **end) {
+    Attr *band = op_attr(op, "band");
+    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
+    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    Value *zero = b_index(b, 0);
+    *start = zero, *end = nq;
+    if (hi && attrs_get(hi->entries, hi->n, "i")->i == 1) {   /* band_at(hi, 0) = Kh */
+        Value *first = b_bin(b, OP_MAX, zero, b_bin(b, OP_SUB, j0, band_at(b, hi, zero)));
+        *start = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, first, b_index(b, BM)), b_index(b, BM));
+        *start = b_bin(b, OP_MIN, *start, nq);
+    }
+    if (lo && attrs_get(lo->entries, lo->n, "i")->i == 1) {
+        Value *last = b_bin(b, OP_SUB, b_bin(b, OP_ADD, j0, b_index(b, BN)), band_at(b, lo, zero));
+        *end = b_bin(b, OP_MAX, *start, b_bin(b, OP_MIN, nq, last));
+    }
+}
+
+static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
+    Dim d[4] = {d0, d1, d2, d3};
+    return type_shaped(a, TY_TENSOR, k, 4, d);
+}
+
+/* One score tile of the backward, in either orientation (i and j are index
+ * tiles along the tile's query and key axes): from the scaled scores `s`
+ * (in acc), the score hook, then the tile's bounds (j < nk, and i < nq when
+ * nq is given; nk NULL: an interior tile, no mask) and the mask hiding
+ * scores; P = exp(S' − lse). dS is made
+ * by backward_ds once dP is known. `zeros` (an f32 tile of 0 of the tile's
+ * shape) broadcasts what a hook yields to the full tile. */
+typedef struct BwdScores {
+    Value *pre, *p;   /* the scores before the hook (for its derivative); P in f32 */
+} BwdScores;
+
+static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Value *bi, Value *h, Value *i,
+                            Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
+    ScalarKind acc = s->type->elem;
+    BwdScores r = {s, NULL};
+    if (op->regions[0].nblocks) {
+        Value *hargs[5] = {b_cast(b, s, SK_F32), bi, h, i, j};
+        s = b_cast(b, b_bin(b, OP_ADD, vectorise(b, op->regions[0].blocks[0], hargs, memrefs), zeros), acc);
+    }
+    Value *valid = NULL;
+    if (nk) {
+        valid = b_cmp(b, "lt", j, nk);
+        if (nq)
+            valid = b_bin(b, OP_AND, valid, b_cmp(b, "lt", i, nq));
+    }
+    if (valid && op->regions[2].nblocks) {
+        Value *margs[4] = {bi, h, i, j};
+        valid = b_bin(b, OP_AND, valid, vectorise(b, op->regions[2].blocks[0], margs, memrefs));
+    }
+    if (valid)
+        s = b_select(b, valid, s, b_float(b, acc, -INFINITY));
+    r.p = b_unary(b, OP_EXP, b_bin(b, OP_SUB, b_cast(b, s, SK_F32), lse));
+    return r;
+}
+
+/* dS = P ∘ (dP − D) ∘ score'(S before the hook), in f32. */
+static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, Value *dp, Value *delta, Value *bi,
+                          Value *h, Value *i, Value *j, Value *zeros) {
+    Value *ds = b_bin(b, OP_MUL, sc.p, b_bin(b, OP_SUB, dp, delta));
+    if (op->regions[1].nblocks) {
+        Value *hargs[5] = {b_cast(b, sc.pre, SK_F32), bi, h, i, j};
+        ds = b_bin(b, OP_MUL, ds, b_bin(b, OP_ADD, vectorise(b, op->regions[1].blocks[0], hargs, memrefs), zeros));
+    }
+    return ds;
+}
+
+/* The deterministic dQ kernel (schedule `deterministic;`): a program per BM
+ * query rows of one (batch, head), which recomputes P and dP over the key
+ * tiles its rows can see (the forward's key segments) and sums dS·K in its
+ * own registers, in a fixed order: no atomics, the same bits every run
+ * (Triton's and FlexAttention's plan: two more products than the atomics). */
+static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Value *delta_in, PtrVec *side, int64_t BM,
+                     int64_t BN) {
+    Arena *a = ctx->arena;
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
+    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
+    double scale = op_attr(op, "scale")->f;
+    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1};
+    int nin = 6 + side->len;
+    Value **inputs = NEW_ARRAY(a, Value *, nin), **args;
+    Value *in6[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5], delta_in};
+    memcpy(inputs, in6, sizeof in6);
+    for (int i = 0; i < side->len; i++)
+        inputs[6 + i] = side->items[i];
+    Type *dq_t = (Type *)qt;
+    Op *l = make_launch(outer, op->loc, grid, nin, inputs, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
+    Builder b = {a, l->regions[0].blocks[0], NULL, op->loc};
+    Map memrefs;
+    map_init(&memrefs, false);
+    for (int i = 0; i < side->len; i++)
+        map_put(a, &memrefs, side->items[i], args[9 + i]);
+    Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]), *zero = b_index(&b, 0);
+    Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
+    Value *kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
+    Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
+    Value *qi[4] = {bi, h, r0, zero}, *li[3] = {bi, h, r0};
+    Value *q = t_load(&b, args[3], qi, rows_cols, b_tile_type(&b, dt, BM, D), 0);
+    Value *dout = t_load(&b, args[7], qi, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+    Value *lse = t_load(&b, args[6], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
+    lse = b_select(&b, b_cmp(&b, "eq", lse, b_float(&b, F, -INFINITY)), b_float(&b, F, 0), lse);
+    Value *delta = t_load(&b, args[8], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
+    Value *i = b_bin(&b, OP_ADD, b_iota(&b, 0, BM, 1), r0), *nk = b_dim(&b, kt->dims[2]);
+    Segment seg[3];
+    int nseg = key_segments(&b, op, 2, r0, BM, BN, nk, seg);
+    Value *dq = b_splat(&b, b_float(&b, acc, 0), BM, D), *zeros = b_splat(&b, b_float(&b, F, 0), BM, BN);
+    for (int k = 0; k < nseg; k++) {
+        Builder body;
+        Value *j0, **c;
+        Op *loop = new_for(&b, seg[k].start, seg[k].end, b_index(&b, BN), 1, &dq, &body, &j0, &c);
+        Value *ki[4] = {bi, kh, j0, b_index(&body, 0)};
+        Value *ktile = t_load(&body, args[4], ki, rows_cols, b_tile_type(&body, dt, BN, D), 0);
+        Value *vtile = t_load(&body, args[5], ki, rows_cols, b_tile_type(&body, dt, BN, DV), 0);
+        Value *j = b_bin(&body, OP_ADD, b_iota(&body, 1, 1, BN), j0);
+        Value *kT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, D, BN), 1, &ktile);
+        Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
+        Value *st = b_bin(&body, OP_MUL, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops),
+                          b_float(&body, acc, scale));
+        BwdScores sc = backward_p(&body, op, &memrefs, st, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse, zeros);
+        Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
+        Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
+        Value *dp = b_cast(&body, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, dp_ops), F);
+        Value *ds = backward_ds(&body, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
+        Value *dq_ops[3] = {b_cast(&body, ds, dt), ktile, c[0]};
+        Value *next = b_emit(&body, OP_DOT, c[0]->type, 3, dq_ops);
+        t_yield(&body, 1, &next);
+        dq = loop->results[0];
+    }
+    t_store(&b, args[3 + nin], b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, dq, F), b_float(&b, F, scale)), dt), qi, rows_cols);
+    t_yield(&b, 0, NULL);
+    return l;
+}
+
+/* The index of a program's BM query rows of one (batch, head), for the
+ * backward's per-query-tile kernels (grid [ceil(Nq/BM), B·Hq]): (b, h, r0, 0). */
+static void query_tile_index(Builder *b, Value **args, Dim Hq, int64_t BM, Value **idx) {
+    Value *H = b_dim(b, Hq), *zero = b_index(b, 0);
+    Value *bi = b_bin(b, OP_FLOORDIV, args[1], H), *h = b_bin(b, OP_REM, args[1], H);
+    idx[0] = bi, idx[1] = h, idx[2] = b_bin(b, OP_MUL, args[0], b_index(b, BM)), idx[3] = zero;
+}
+
+bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
+    bool deterministic = schedule_directive(func, ctx->arch, SCHED_DETERMINISTIC) != NULL;
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    if (qt->dims[3].sym || vt->dims[3].sym)
+        return true;   /* symbolic head dims: the frontend never makes these */
+    Arena *a = ctx->arena;
+    const int64_t BM = 64, BN = 64, D = qt->dims[3].size, DV = vt->dims[3].size;
+    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
+    double scale = op_attr(op, "scale")->f;
+    Dim Bd = qt->dims[0], Hq = qt->dims[1], Hk = kt->dims[1], Nq = qt->dims[2], Nk = kt->dims[2];
+    Builder outer = {a, NULL, NULL, op->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1}, col_vec[2] = {-1, 2};
+    Value **args;
+
+    /* preprocess: D = rowsum(do ∘ o) */
+    Value *pre_in[2] = {op->operands[3], op->operands[5]};
+    Type *delta_t = type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, Nq});
+    Value *qgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nq), BM), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hq)),
+                       b_index(&outer, 1)};
+    Op *pre = make_launch(&outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
+    {
+        Builder b = {a, pre->regions[0].blocks[0], NULL, op->loc};
+        Value *idx[4];
+        query_tile_index(&b, args, Hq, BM, idx);
+        Value *o = t_load(&b, args[3], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+        Value *dout = t_load(&b, args[4], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+        Value *d = b_row_reduce(&b, "sum", b_bin(&b, OP_MUL, b_cast(&b, dout, F), b_cast(&b, o, F)));
+        t_store(&b, args[5], d, idx, row_vec);
+        t_yield(&b, 0, NULL);
+    }
+    block_append(&tmp, pre);
+
+    /* main: dK, dV per key tile; dQ accumulated */
+    PtrVec side = {0};
+    collect_side_tensors(op, a, &side);
+    int nin = 6 + side.len;
+    Value **inputs = NEW_ARRAY(a, Value *, nin);
+    Value *main_in[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5],
+                         pre->results[0]};
+    memcpy(inputs, main_in, sizeof main_in);
+    for (int i = 0; i < side.len; i++)
+        inputs[6 + i] = side.items[i];
+    Type *main_t[3] = {(Type *)kt, (Type *)vt, tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
+    int nmain = deterministic ? 2 : 3;   /* dk, dv [, the dQ accumulator] */
+    Value *kgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nk), BN), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hk)),
+                       b_index(&outer, 1)};
+    Op *mainl = make_launch(&outer, op->loc, kgrid, nin, inputs, nmain, main_t,
+                            (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"}, &args);
+    if (!deterministic)
+        op_set_attr(a, mainl, "zeroed", attr_array(a, 1, (Attr *[]){attr_int(a, 2)}));
+    {
+        Builder b = {a, mainl->regions[0].blocks[0], NULL, op->loc};
+        Value *Q = args[3], *K = args[4], *V = args[5], *LSE = args[6], *DO = args[7], *DELTA = args[8];
+        Value *DK = args[3 + nin], *DV_ = args[4 + nin], *DQ = deterministic ? NULL : args[5 + nin];
+        Map memrefs;
+        map_init(&memrefs, false);
+        for (int i = 0; i < side.len; i++)
+            map_put(a, &memrefs, side.items[i], args[9 + i]);
+        Value *HK = b_dim(&b, Hk), *G = b_bin(&b, OP_FLOORDIV, b_dim(&b, Hq), HK), *zero = b_index(&b, 0);
+        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HK), *kh = b_bin(&b, OP_REM, args[1], HK);
+        Value *j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
+        Value *ki[4] = {bi, kh, j0, zero};
+        Value *ktile = t_load(&b, K, ki, rows_cols, b_tile_type(&b, dt, BN, D), 0);
+        Value *vtile = t_load(&b, V, ki, rows_cols, b_tile_type(&b, dt, BN, DV), 0);
+        Value *j = b_bin(&b, OP_ADD, b_iota(&b, 0, BN, 1), j0);   /* keys down the rows */
+        Value *nq = b_dim(&b, Nq), *nk = b_dim(&b, Nk), *fzero = b_float(&b, acc, 0);
+        /* dK and dV: with an f16 accumulator, each query head's sum is its
+         * own (in f16, as the unfused matmul's) and the group's heads are
+         * added in f32, as attn.sum_heads does; with f32, one accumulator */
+        bool per_head = acc == SK_F16;
+        Value *f32zero = b_float(&b, F, 0);
+        Value *init[2] = {b_splat(&b, per_head ? f32zero : fzero, BN, D), b_splat(&b, per_head ? f32zero : fzero, BN, DV)};
+        Builder gb, mb;
+        Value *g, *m0, **gc, **mc;
+        Op *gl = new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
+        Value *h = b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
+        Value *m_start, *m_end;
+        query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
+        Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
+        Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
+        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
+        Value *q = t_load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
+        Value *dout = t_load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
+        Value *li[3] = {bi, h, m0};
+        Value *lse = t_load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
+        Value *ninf32 = b_float(&mb, F, -INFINITY);
+        lse = b_select(&mb, b_cmp(&mb, "eq", lse, ninf32), b_float(&mb, F, 0), lse);
+        Value *delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
+        Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
+        Value *qT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BM), 1, &q);
+        Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
+        Value *st = b_bin(&mb, OP_MUL, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops),
+                          b_float(&mb, acc, scale));
+        Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
+        BwdScores sc = backward_p(&mb, op, &memrefs, st, bi, h, i, j, nk, nq, lse, zeros);
+        Value *p = sc.p;
+        Value *pc = b_cast(&mb, p, dt);
+        Value *dv_ops[3] = {pc, dout, mc[1]};
+        Value *dv = b_emit(&mb, OP_DOT, mc[1]->type, 3, dv_ops);
+        Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
+        Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
+        Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
+        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
+        Value *dsc = b_cast(&mb, ds, dt);
+        Value *dk_ops[3] = {dsc, q, mc[0]};
+        Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
+        if (!deterministic) {
+            Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
+            Value *dq_ops[3] = {dsT, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
+            Value *dq = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops), F);
+            Value *aops[6] = {DQ, dq, bi, h, m0, b_index(&mb, 0)};
+            Op *add = op_create(a, OP_ATOMIC_ADD, 6, aops, 0, NULL, 0);
+            add->loc = op->loc;
+            op_set_attr(a, add, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 2), attr_int(a, 3)}));
+            block_append(mb.blk, add);
+        }
+        Value *next[2] = {dk, dv};
+        t_yield(&mb, 2, next);
+        Value *gnext[2] = {ml->results[0], ml->results[1]};
+        if (per_head)
+            for (int x = 0; x < 2; x++)
+                gnext[x] = b_bin(&gb, OP_ADD, gc[x], b_cast(&gb, gnext[x], F));
+        t_yield(&gb, 2, gnext);
+        Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, gl->results[0], F), b_float(&b, F, scale)), dt);
+        t_store(&b, DK, dkf, ki, rows_cols);
+        t_store(&b, DV_, b_cast(&b, b_cast(&b, gl->results[1], F), dt), ki, rows_cols);
+        t_yield(&b, 0, NULL);
+    }
+    block_append(&tmp, mainl);
+    Op *post;
+    if (deterministic) {
+        /* 16-bit Q and dO tiles, and K and V tiles per key segment (up to
+         * three loops): 32 keys where 64 would not fit (sm_70 at head dim 128) */
+        int64_t smem = 2 * (BM * (D + DV) + 3 * BN * (D + DV));
+        int64_t dq_bn = smem > target_lookup(ctx->arch)->smem_limit ? BN / 2 : BN;
+        post = dq_kernel(ctx, &outer, op, qgrid, pre->results[0], &side, BM, dq_bn);
+        block_append(&tmp, post);
+        goto placed;
+    }
+
+    /* postprocess: dq = scale · dQacc */
+    Value *post_in[1] = {mainl->results[2]};
+    Type *dq_t = (Type *)qt;
+    post = make_launch(&outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
+    {
+        Builder b = {a, post->regions[0].blocks[0], NULL, op->loc};
+        Value *idx[4];
+        query_tile_index(&b, args, Hq, BM, idx);
+        Value *x = t_load(&b, args[3], idx, rows_cols, b_tile_type(&b, F, BM, D), 0);
+        t_store(&b, args[4], b_cast(&b, b_bin(&b, OP_MUL, x, b_float(&b, F, scale)), dt), idx, rows_cols);
+        t_yield(&b, 0, NULL);
+    }
+    block_append(&tmp, post);
+placed:
+    replace_with(ctx, op, &tmp, (Value *[]){post->results[0], mainl->results[0], mainl->results[1]});
+    return true;
+}
