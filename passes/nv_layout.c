@@ -42,7 +42,7 @@
  *   tile.alloc     nv.row_stride  16-bit rows, padded so fragment loads are
  *                              free of bank conflicts; or
  *                  nv.swizzle  sm_80: 128 on a ring that cp.async fills,
- *                              64k columns wide (sm80_swizzles)
+ *                              64k columns wide (layout_sm80.c swizzles_ring)
  *   tile.copy_async nv.copy    sm_70: "registers" (loads issued here, stored
  *                              to shared memory at the tile.wait); sm_80:
  *                              "cp.async" (straight to shared memory, one
@@ -79,9 +79,9 @@
 
 bool is_16bit(ScalarKind k) { return k == SK_F16 || k == SK_BF16; }
 
-/* sm_80 and sm_90a: ldmatrix reads 8 rows of 16 bytes per phase; rows 16-byte aligned
- * whose stride is an odd number of 16-byte units fall in 8 different
- * 4-bank groups (cols + 8 for the usual multiples of 16). */
+/* sm_80 and sm_90a: ldmatrix reads 8 rows of 16 bytes per phase; rows
+ * 16-byte aligned whose stride is an odd number of 16-byte units fall in 8
+ * different 4-bank groups (cols + 8 for the usual multiples of 16). */
 int64_t ldmatrix_stride(int64_t cols) {
     int64_t s = (cols + 7) / 8 * 8;
     return (s / 8) % 2 ? s : s + 8;
@@ -311,7 +311,7 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
                 bool frags = !shared && l->lt->holds_a_fragments && only_dot_uses(top, op->results[0], true) &&
                              l->lt->holds_a_fragments(l, op->results[0]->type);
                 op_set_attr(a, op, "nv.operand", attr_str(a, shared ? "smem" : frags ? "fragments" : "scratch"));
-                if (!shared)   /* sm_80's scratch stays padded (sm80_swizzles) */
+                if (!shared)   /* sm_80's scratch stays padded (layout_sm80.c swizzles_ring) */
                     set_shared_layout(l, op, op->results[0]->type, l->lt->swizzle_all);
             }
             break;
@@ -512,10 +512,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
             return false;
         }
         /* 4 warps, each 16·row_blocks rows (fewer warps for tiles under 64
-         * rows). On sm_80 a warp owns at least 32 rows of a 128-row tile:
-         * each B fragment it reads from shared memory feeds two MMAs, which
-         * halves the ldmatrix traffic that otherwise bounds the MMA rate
-         * (FlashAttention-2's 4 warps × 32 rows). */
+         * rows); the target may choose otherwise (pick_warps: sm_80's 8 warps
+         * at the register limit, sm_90a's warpgroups) */
         warps = rows % 64 == 0 ? 4 : (int)(rows / 16);
         Attr *hint = op_attr(launch, "schedule.warps");
         if (l->lt->pick_warps && !l->lt->pick_warps(l, launch, &s, rows, &warps, &hint))
