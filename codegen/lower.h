@@ -395,7 +395,7 @@ void cp_async_drain(Cg *cg);
  * the mbarriers of a buffer TMA fills (at its tile.alloc), the copies, the
  * waits on their stages' mbarriers, and the drain of fills in flight */
 bool tma_collect(Cg *cg, const Block *blk);
-void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars);
+void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars, bool empty);   /* empty: nv.ring's */
 void tma_copy(Cg *cg, const Op *op);
 void tma_store(Cg *cg, const Op *op);   /* tile.store {nv.store = "tma"} */
 void tma_store_wait(Cg *cg);            /* the TMA stores issued so far have read their buffers */

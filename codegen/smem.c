@@ -146,7 +146,7 @@ void emit_alloc(Cg *cg, const Op *op) {
     LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (empty ? 2 : 1), 8) : NULL;
     c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
     if (tma)
-        tma_ring_init(cg, op, c->mem, bars);
+        tma_ring_init(cg, op, c->mem, bars, empty);
     cg->owner = NULL;
     cv_put(cg, op->results[0], c);
 }

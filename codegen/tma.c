@@ -106,7 +106,7 @@ bool tma_collect(Cg *cg, const Block *blk) {
  * arrival (the expect_tx), and under warp specialisation an empty one, one
  * arrival per consumer warp; initialised by thread 0, then made visible to
  * every thread and to the TMA unit. At most 16 stages (the state's bits). */
-void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
+void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars, bool empty) {
     if (cg->hopper.nrings == 8 || m->cdims[0] > 16) {
         cg_err(cg, alloc, "a kernel has at most 8 buffers that TMA fills, of at most 16 stages", NULL);
         return;
@@ -116,8 +116,7 @@ void tma_ring_init(Cg *cg, const Op *alloc, const Mem *m, LLVMValueRef bars) {
     r->stages = (int)m->cdims[0];
     r->bars = bars;
     r->state = entry_alloca(cg, 0);
-    Attr *ring = op_attr(alloc, "nv.ring");
-    if (strcmp(ring->s, "full,empty") == 0) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
+    if (empty) {   /* a fresh barrier's "previous" phase (parity 1) counts as complete: free */
         r->empty = gep(cg, SK_I64, bars, ci64(cg, r->stages));
         r->empty_phase = entry_alloca(cg, -1);
     }

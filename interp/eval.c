@@ -1071,6 +1071,12 @@ static void land(Copy *c) {
     c->done = true;
 }
 
+/* The copy a tile.wait waited for. */
+static Copy *waited_copy(Interp *in, const Op *wait) {
+    int64_t seq = (int64_t)get(in, wait->operands[0])->data[0];
+    return seq >= 0 && seq < in->copies.len ? in->copies.items[seq] : NULL;
+}
+
 /* tile.wait lands its copy and every earlier one (copies complete in
  * order). With nv.pending = P (sm_80's cp.async.wait_group P) it lands all
  * but the P copies issued last instead, whichever copy it names: a P that
@@ -1079,7 +1085,7 @@ static void land(Copy *c) {
  * lands that copy only. */
 static bool eval_wait(Interp *in, const Op *op) {
     int64_t seq = (int64_t)get(in, op->operands[0])->data[0];
-    Copy *mine = seq >= 0 && seq < in->copies.len ? in->copies.items[seq] : NULL;
+    Copy *mine = waited_copy(in, op);
     Attr *how = mine ? op_attr(mine->op, "nv.copy") : NULL;
     if (how && how->kind == AT_STR && strcmp(how->s, "tma") == 0) {
         if (!mine->done)
@@ -1223,12 +1229,6 @@ static void poison_stage(Copy *c) {
         n *= c->dst->dims[a];
     for (int64_t e = 0; e < n; e++)
         c->dst->data[c->stage * n + e] = interp_poison();
-}
-
-/* The copy a tile.wait waited for. */
-static Copy *waited_copy(Interp *in, const Op *wait) {
-    int64_t seq = (int64_t)get(in, wait->operands[0])->data[0];
-    return seq >= 0 && seq < in->copies.len ? in->copies.items[seq] : NULL;
 }
 
 static bool eval_block(Interp *in, const Block *b, Tensor **yielded) {
