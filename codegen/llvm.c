@@ -76,21 +76,23 @@ LLVMValueRef sreg(Cg *cg, const char *name) {
 }
 
 /* A barrier of the threads running this code: the block, or (warp
- * specialisation) the consumer warps only, on named barrier 1. */
+ * specialisation) the consumer warps only, on their named barrier. */
 void cg_barrier(Cg *cg) {
     if (cg->hopper.role == ROLE_CONSUMER) {
-        const char *text = arena_printf(cg->a, "bar.sync 1, %d;", cg->threads);
-        cg_asm(cg, text, "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+        named_barrier(cg, "sync", NB_CONSUMERS, NULL, cg->threads);
         return;
     }
     cg_call(cg, "llvm.nvvm.barrier0", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
 }
 
 void named_barrier(Cg *cg, const char *how, NamedBarrier which, LLVMValueRef wg, int threads) {
-    int groups = cg->nwarps / 4;
-    int base = which == NB_TURN ? 2 : which == NB_SCHED_EMPTY ? 2 + groups : which == NB_SCHED_FULL ? 3 + groups
-                                                                                                    : 3 + 2 * groups;
-    LLVMValueRef id = which == NB_SCHED_EMPTY ? ci32(cg, base) : LLVMBuildAdd(cg->b, wg, ci32(cg, base), "");
+    int base = cg->hopper.barrier[which];
+    if (base < 0) {
+        cg_err(cg, cg->spec->launch, "internal error: the launch names no such barrier (run warp-roles)", NULL);
+        return;
+    }
+    bool one = which == NB_CONSUMERS || which == NB_SCHED_EMPTY;
+    LLVMValueRef id = one ? ci32(cg, base) : LLVMBuildAdd(cg->b, wg, ci32(cg, base), "");
     if (LLVMIsAConstantInt(id)) {   /* (an immediate id, as ptxas likes best) */
         cg_asm(cg, arena_printf(cg->a, "bar.%s %lld, %d;", how, LLVMConstIntGetSExtValue(id), threads), "~{memory}",
                LLVMVoidTypeInContext(cg->ctx), NULL, 0);

@@ -1035,25 +1035,10 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         return cg_err(cg, launch, "internal error: nv.warps, nv.warp_cols and nv.row_blocks do not tile the rows "
                                   "(a grid of warps needs the accumulator layout, on sm_80)", NULL);
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
-    Attr *producer = op_attr(launch, "nv.producer_warps"), *pingpong = op_attr(launch, "nv.pingpong");
-    cg->hopper.producer_warps = producer ? (int)producer->i : 0;
-    cg->hopper.pingpong = pingpong && pingpong->i;
-    if (cg->hopper.pingpong && (!cg->hopper.producer_warps || cg->nwarps < 8))
-        return cg_err(cg, launch, "internal error: nv.pingpong needs warp specialisation and two consumer warpgroups",
-                      NULL);
     Attr *overlap = op_attr(launch, "nv.overlap");
     cg->hopper.lazy_dots = overlap && overlap->i;
-    Attr *persistent = op_attr(launch, "nv.persistent");
-    cg->hopper.persistent = persistent && persistent->i;
-    Attr *per_sm = op_attr(launch, "nv.blocks_per_sm");
-    cg->hopper.blocks_per_sm = per_sm ? (int)per_sm->i : 1;
-    if (cg->hopper.blocks_per_sm != 1 && cg->hopper.blocks_per_sm != 2)
-        return cg_err(cg, launch, "internal error: nv.blocks_per_sm must be 1 or 2", NULL);
-    if (cg->hopper.persistent && !cg->hopper.producer_warps)
-        return cg_err(cg, launch, "internal error: nv.persistent needs warp specialisation (nv.producer_warps)", NULL);
-    if (cg->hopper.producer_warps && (cg->hopper.producer_warps != 4 || cg->nwarps % 4 || !target->async_proxy))
-        return cg_err(cg, launch, "internal error: nv.producer_warps must be 4 (a warpgroup), after whole warpgroups "
-                                  "of consumers, on sm_90a", NULL);
+    if (!read_skeleton(cg, launch))
+        return false;
     int launch_threads = cg->threads + 32 * cg->hopper.producer_warps;
     map_init(&cg->hopper.releases, false);
     map_init(&cg->hopper.wait_tok, false);

@@ -208,6 +208,16 @@ LLVMValueRef mma16_pack_a(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k
 /* The code generator of a target, or NULL (codegen.c). */
 const CgTarget *cg_target(const Target *t);   /* NULL: no code generator */
 
+/* Named barriers of a warp-specialised kernel (16 a block; 0 is the
+ * block's bar.sync 0), whose ids warp-roles chose (the launch's
+ * nv.barrier.NAME; the first of one per consumer warpgroup where marked w):
+ *   consumers      the consumer warps (cg_barrier under warp specialisation)
+ *   turn + w       warpgroup w's ping-pong turn (sm90a.c)
+ *   sched_empty    the tile scheduler's EMPTY: consumers arrive, the copier syncs
+ *   sched_full + w the scheduler's FULL for warpgroup w: the copier arrives, w syncs
+ *   warpgroup + w  warpgroup w alone (its slab of a TMA store, tma.c) */
+typedef enum { NB_CONSUMERS, NB_TURN, NB_SCHED_EMPTY, NB_SCHED_FULL, NB_WARPGROUP, NB_COUNT } NamedBarrier;
+
 /* What only sm_90a's kernels keep while they are emitted: TMA (tma.c), warp
  * specialisation (warp_specialise.c) and wgmma's asynchronous dots (sm90a.c). */
 typedef struct Sm90State {
@@ -225,11 +235,14 @@ typedef struct Sm90State {
      * copies; the body is emitted once per role (lower.c) */
     Role role;
     int producer_warps;
+    int producer_regs, consumer_regs;   /* setmaxnreg (nv.producer_regs, nv.consumer_regs) */
+    int barrier[NB_COUNT];              /* named barrier ids (nv.barrier.NAME; -1: none) */
     /* persistent (nv.persistent): each block loops over the grid's tiles,
      * tiles_x · tiles_y of them (i64 parameters), so the producer fetches
      * the next tile's K/V while the consumers finish this one */
     bool persistent;
     int blocks_per_sm;   /* nv.blocks_per_sm: blocks an SM holds at once (launch bounds, setmaxnreg) */
+    int64_t section_tiles;   /* the tile order's sections (nv.section_tiles) */
     LLVMValueRef tiles_x, tiles_y;
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
     LLVMValueRef sched;          /* shared: the tile scheduler's slot (lower.c, emit_tiles) */
@@ -300,16 +313,9 @@ LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeR
 LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p);
 LLVMValueRef sreg(Cg *cg, const char *name);
 void cg_barrier(Cg *cg);
-/* Named barriers (16 a block; 0 is the block's bar.sync 0). G is the
- * consumer warpgroups (at most 4, so ids stay under 15):
- *   1            the consumer warps (cg_barrier under warp specialisation)
- *   2 + w        warpgroup w's ping-pong turn (sm90a.c)
- *   2 + G        the tile scheduler's EMPTY: consumers arrive, the copier syncs
- *   3 + G + w    the scheduler's FULL for warpgroup w: the copier arrives, w syncs
- *   3 + 2G + w   warpgroup w alone (its slab of a TMA store, tma.c) */
-typedef enum { NB_TURN, NB_SCHED_EMPTY, NB_SCHED_FULL, NB_WARPGROUP } NamedBarrier;
 /* bar.sync or bar.arrive ("sync", "arrive") on barrier `which` of warpgroup
- * wg (i32; ignored for NB_SCHED_EMPTY) among `threads` threads */
+ * wg (i32; ignored for NB_CONSUMERS and NB_SCHED_EMPTY) among `threads`
+ * threads: the id is the launch's nv.barrier.NAME (+ wg) */
 void named_barrier(Cg *cg, const char *how, NamedBarrier which, LLVMValueRef wg, int threads);
 LLVMValueRef warpgroup_of(Cg *cg);   /* this thread's warpgroup (i32) */
 static inline LLVMValueRef ci64(Cg *cg, int64_t v) { return LLVMConstInt(cg->i64, (unsigned long long)v, true); }
@@ -432,6 +438,10 @@ const Token *wait_token(Cg *cg, const Op *op);
 void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys);
 /* warp_specialise.c: a warp-specialised kernel's body, once per role */
 void emit_specialised(Cg *cg, const Block *body);
+/* The launch's warp specialisation, as warp-roles wrote it (nv.producer_warps,
+ * nv.pingpong, nv.persistent, nv.blocks_per_sm, the roles' registers, the
+ * named barriers, the scheduler's sections); false after an error. */
+bool read_skeleton(Cg *cg, const Op *launch);
 
 bool emit_kernel(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info);

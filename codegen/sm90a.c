@@ -223,34 +223,12 @@ static void complete(Cg *cg, const Op *op) {
     }
 }
 
-/* Does op read the result of a dot? */
-static bool reads_a_dot(const Op *op) {
-    for (int i = 0; i < op->noperands; i++)
-        if (op->operands[i]->def && op->operands[i]->def->kind == OP_DOT)
-            return true;
-    return false;
-}
-
-/* Ping-pong's turn holds a run of dots: the dot after `dot` in its block
- * shares its turn when no op from `dot` on reads a dot's result (the turn
- * never waits for a dot). In softmax-overlap's loop that pairs Q·Kᵀ(j)
- * and P·V(j−1), FlashAttention-3's turn: one warpgroup issues both while
- * the other runs its softmax. */
-static const Op *next_in_turn(const Op *dot) {
-    for (const Op *op = dot->next; op; op = op->next) {
-        if (op->nregions || reads_a_dot(op))
-            return NULL;
-        if (op->kind == OP_DOT)
-            return op;
-    }
-    return NULL;
-}
-
-static const Op *prev_in_turn(const Op *dot) {
-    for (const Op *op = dot->prev; op && !op->nregions; op = op->prev)
-        if (op->kind == OP_DOT)
-            return next_in_turn(op) == dot ? op : NULL;
-    return NULL;
+/* Where a ping-pong launch's dot stands in its warpgroup's turn
+ * (warp-roles' nv.turn): it takes the turn before it (first, only) or
+ * passes it on after it (last, only). */
+static bool turn_is(const Op *dot, const char *a, const char *b) {
+    Attr *t = op_attr(dot, "nv.turn");
+    return t && (strcmp(t->s, a) == 0 || strcmp(t->s, b) == 0);
 }
 
 static void emit_dot(Cg *cg, const Op *op) {
@@ -309,7 +287,7 @@ static void emit_dot(Cg *cg, const Op *op) {
             afr[4 * ks + j] = mma16_pack_a(cg, cg_cast(cg, x, p->elem, ek), cg_cast(cg, y, p->elem, ek), ek);
         }
     LLVMValueRef wg = LLVMBuildLShr(cg->b, cg->warp, ci32(cg, 2), "");
-    if (cg->hopper.pingpong && cg->hopper.role == ROLE_CONSUMER && !prev_in_turn(op))   /* this warpgroup's turn */
+    if (cg->hopper.pingpong && cg->hopper.role == ROLE_CONSUMER && turn_is(op, "first", "only"))   /* this warpgroup's turn */
         pingpong_barrier(cg, "sync", wg);
     cg_asm(cg, "wgmma.fence.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     for (int64_t n0 = 0; n0 < N; n0 += 256) {   /* N up to 256 an instruction */
@@ -320,7 +298,7 @@ static void emit_dot(Cg *cg, const Op *op) {
                   operand_at(cg, &bo, ks), !(fresh && ks == 0), a_mn, b_mn);
     }
     cg_asm(cg, "wgmma.commit_group.sync.aligned;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
-    if (cg->hopper.pingpong && cg->hopper.role == ROLE_CONSUMER && !next_in_turn(op))   /* issued: the next warpgroup's turn */
+    if (cg->hopper.pingpong && cg->hopper.role == ROLE_CONSUMER && turn_is(op, "last", "only"))   /* issued: the next warpgroup's turn */
         pingpong_barrier(cg, "arrive", LLVMBuildURem(cg->b, add32(cg, wg, 1), ci32(cg, cg->nwarps / 4), ""));
     if (cg->hopper.nin_flight == (int)(sizeof cg->hopper.in_flight / sizeof cg->hopper.in_flight[0]))
         complete(cg, NULL);   /* (no kernel keeps this many in flight) */

@@ -2,29 +2,67 @@
  * (FlashAttention-3's): the producer warpgroup and the consumer warpgroups,
  * setmaxnreg between them, ping-pong turns on named barriers, and for
  * persistent kernels the tile scheduler and its longest-first tile order.
- * The passes decided the roles (nv.producer_warps, nv.pingpong,
- * nv.persistent, nv.blocks_per_sm on the launch; warp-roles' nv.producer and
- * nv.free_after on its ops); lower.c emits the body once per role. */
+ * The passes decided all of it and wrote it on the launch (sm90a-layout:
+ * nv.producer_warps, nv.pingpong, nv.persistent, nv.blocks_per_sm;
+ * warp-roles: the roles' registers, the named barriers, the scheduler, and
+ * nv.producer, nv.free_after and nv.turn on its ops); read_skeleton reads
+ * it, and lower.c emits the body once per role. */
 #include "codegen/lower.h"
 
-/* Registers a producer warpgroup keeps after setmaxnreg.dec (it only
- * issues copies), and the most a thread may have. */
-enum { PRODUCER_REGS = 24, MAX_REGS = 240 };
+#include <string.h>
+
+static int int_attr(const Op *op, const char *name, int otherwise) {
+    Attr *at = op_attr(op, name);
+    return at ? (int)at->i : otherwise;
+}
+
+bool read_skeleton(Cg *cg, const Op *launch) {
+    Sm90State *h = &cg->hopper;
+    h->producer_warps = int_attr(launch, "nv.producer_warps", 0);
+    h->pingpong = int_attr(launch, "nv.pingpong", 0) != 0;
+    h->persistent = int_attr(launch, "nv.persistent", 0) != 0;
+    h->blocks_per_sm = int_attr(launch, "nv.blocks_per_sm", 1);
+    if (h->pingpong && (!h->producer_warps || cg->nwarps < 8))
+        return cg_err(cg, launch, "internal error: nv.pingpong needs warp specialisation and two consumer warpgroups",
+                      NULL);
+    if (h->blocks_per_sm != 1 && h->blocks_per_sm != 2)
+        return cg_err(cg, launch, "internal error: nv.blocks_per_sm must be 1 or 2", NULL);
+    if (h->persistent && !h->producer_warps)
+        return cg_err(cg, launch, "internal error: nv.persistent needs warp specialisation (nv.producer_warps)", NULL);
+    if (h->producer_warps && (h->producer_warps != 4 || cg->nwarps % 4 || !cg->target->async_proxy))
+        return cg_err(cg, launch, "internal error: nv.producer_warps must be 4 (a warpgroup), after whole warpgroups "
+                                  "of consumers, on sm_90a", NULL);
+    static const char *const barriers[NB_COUNT] = {
+        [NB_CONSUMERS] = "nv.barrier.consumers", [NB_TURN] = "nv.barrier.turn",
+        [NB_SCHED_EMPTY] = "nv.barrier.sched_empty", [NB_SCHED_FULL] = "nv.barrier.sched_full",
+        [NB_WARPGROUP] = "nv.barrier.warpgroup",
+    };
+    for (int i = 0; i < NB_COUNT; i++)
+        h->barrier[i] = int_attr(launch, barriers[i], -1);
+    h->producer_regs = int_attr(launch, "nv.producer_regs", 0);
+    h->consumer_regs = int_attr(launch, "nv.consumer_regs", 0);
+    h->section_tiles = int_attr(launch, "nv.section_tiles", 0);
+    if (h->producer_warps && (!h->producer_regs || !h->consumer_regs || h->barrier[NB_CONSUMERS] < 0 ||
+                              (h->pingpong && h->barrier[NB_TURN] < 0) ||
+                              (h->persistent && (h->section_tiles < 1 || h->barrier[NB_SCHED_EMPTY] < 0 ||
+                                                 h->barrier[NB_SCHED_FULL] < 0))))
+        return cg_err(cg, launch, "internal error: a warp-specialised launch without its skeleton (run warp-roles)",
+                      NULL);
+    return true;
+}
 
 /* A persistent kernel's tile t (of tiles_x · tiles_y) as pid (x, y), in
- * FlashAttention-3's longest-first order: the y tiles (heads) go in
- * sections of S = max(1, SECTION_TILES / tiles_x), and a section's tiles
- * from the last x (under a causal mask the most keys) to the first, each x
- * over the section's heads, so the K/V that a section's tiles read
- * (SECTION_TILES row tiles' worth, 16 MB at head dim 128 for 128-row
- * tiles) stays in L2 while they do. The blocks take the tiles in this
- * order as they become free (the tile scheduler below). */
-enum { SECTION_TILES = 256 };
+ * FlashAttention-3's longest-first order (warp-roles' nv.section_tiles;
+ * the interpreter's tile_order is the same): the y tiles (heads) go in
+ * sections of S = max(1, section_tiles / tiles_x), and a section's tiles
+ * from the last x to the first, each x over the section's heads. The
+ * blocks take the tiles in this order as they become free (the tile
+ * scheduler below). */
 
 /* S, computed once before the tile loop (a division by a parameter that
  * may be 0 as far as LLVM knows, which it would not hoist). */
 static LLVMValueRef section_heads(Cg *cg) {
-    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, SECTION_TILES), cg->hopper.tiles_x, "");
+    LLVMValueRef per = LLVMBuildUDiv(cg->b, ci64(cg, cg->hopper.section_tiles), cg->hopper.tiles_x, "");
     return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntEQ, per, ci64(cg, 0), ""), ci64(cg, 1), per, "");
 }
 
@@ -210,13 +248,10 @@ void emit_specialised(Cg *cg, const Block *body) {
     LLVMBasicBlockRef prod = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "producer");
     LLVMBasicBlockRef cons = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "consumer");
     LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntUGE, cg->warp, ci32(cg, cg->nwarps), ""), prod, cons);
-    /* the consumers get what the producer gives up (of their block's share
-     * of the register file), in multiples of 8 */
-    int64_t regs = (65536 / cg->hopper.blocks_per_sm - 32 * cg->hopper.producer_warps * PRODUCER_REGS) / cg->threads / 8 * 8;
     LLVMPositionBuilderAtEnd(cg->b, cons);
     cg->hopper.role = ROLE_CONSUMER;
-    cg_asm(cg, arena_printf(cg->a, "setmaxnreg.inc.sync.aligned.u32 %d;", (int)(regs < MAX_REGS ? regs : MAX_REGS)),
-           "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
+    cg_asm(cg, arena_printf(cg->a, "setmaxnreg.inc.sync.aligned.u32 %d;", cg->hopper.consumer_regs), "~{memory}",
+           LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     /* ping-pong: warpgroup 0 goes first (the last one's arrival stands for
      * a turn before the loop); after the loop warpgroup 0 takes the last
      * arrival meant for it, so no barrier is left half-arrived */
@@ -241,7 +276,7 @@ void emit_specialised(Cg *cg, const Block *body) {
     LLVMPositionBuilderAtEnd(cg->b, prod);
     cg->vals = shared;
     cg->hopper.role = ROLE_PRODUCER;
-    cg_asm(cg, arena_printf(cg->a, "setmaxnreg.dec.sync.aligned.u32 %d;", PRODUCER_REGS), "~{memory}",
+    cg_asm(cg, arena_printf(cg->a, "setmaxnreg.dec.sync.aligned.u32 %d;", cg->hopper.producer_regs), "~{memory}",
            LLVMVoidTypeInContext(cg->ctx), NULL, 0);
     /* one warp of the warpgroup runs the copies (one of its threads issues
      * them); the other three have nothing to do */

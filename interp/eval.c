@@ -1127,6 +1127,52 @@ static bool eval_for(Interp *in, const Op *op) {
     return true;
 }
 
+/* A persistent launch's tile t (of tiles_x · tiles_y) as pid (x, y), in
+ * the order warp-roles' nv.scheduler takes them (codegen/warp_specialise.c
+ * emits the same): FlashAttention-3's longest-first order, the y tiles in
+ * sections of S = max(1, section_tiles / tiles_x) and a section's tiles
+ * from the last x to the first, each x over the section's heads. */
+static void tile_order(int64_t t, int64_t tiles_x, int64_t tiles_y, int64_t section_tiles, int64_t pid[2]) {
+    int64_t s = section_tiles / tiles_x > 0 ? section_tiles / tiles_x : 1;
+    int64_t first_y = t / (s * tiles_x) * s;
+    int64_t heads = tiles_y - first_y < s ? tiles_y - first_y : s;
+    int64_t r = t - first_y * tiles_x;
+    pid[0] = tiles_x - 1 - r / heads;
+    pid[1] = first_y + r % heads;
+}
+
+/* The programs of a launch in the order they run: the grid's, or a
+ * persistent launch's scheduler's (which must visit every tile once; z is
+ * then 1). NULL after an error. */
+typedef struct { int64_t id[3]; } Pid;
+
+static Pid *launch_order(Interp *in, const Op *op, const int64_t grid[3], int64_t *n) {
+    *n = grid[0] * grid[1] * grid[2];
+    Pid *pids = NEW_ARRAY(in->arena, Pid, *n > 0 ? *n : 1);
+    Attr *sched = op_attr(op, "nv.scheduler"), *section = op_attr(op, "nv.section_tiles");
+    if (!sched) {
+        int64_t i = 0;
+        for (int64_t z = 0; z < grid[2]; z++)
+            for (int64_t y = 0; y < grid[1]; y++)
+                for (int64_t x = 0; x < grid[0]; x++, i++)
+                    pids[i] = (Pid){{x, y, z}};
+        return pids;
+    }
+    if (grid[2] != 1 || !section)
+        return fail(in, op, "nv.scheduler needs grid z = 1 and nv.section_tiles"), NULL;
+    bool *seen = NEW_ARRAY(in->arena, bool, *n > 0 ? *n : 1);
+    for (int64_t t = 0; t < *n; t++) {
+        int64_t pid[2];
+        tile_order(t, grid[0], grid[1], section->i, pid);
+        if (pid[0] < 0 || pid[0] >= grid[0] || pid[1] < 0 || pid[1] >= grid[1] || seen[pid[1] * grid[0] + pid[0]])
+            return fail(in, op, "nv.scheduler's tile %lld is (%lld, %lld): outside the grid or taken before",
+                        (long long)t, (long long)pid[0], (long long)pid[1]), NULL;
+        seen[pid[1] * grid[0] + pid[0]] = true;
+        pids[t] = (Pid){{pid[0], pid[1], 0}};
+    }
+    return pids;
+}
+
 /* tile.launch: outputs start poisoned (NaN), so an element no program writes
  * shows; each program runs alone, with its own scratch memory. */
 static bool eval_launch(Interp *in, const Op *op) {
@@ -1146,28 +1192,29 @@ static bool eval_launch(Interp *in, const Op *op) {
             outs[i]->data[e] = zero ? 0 : interp_poison();
     }
     const Block *b = op->regions[0].blocks[0];
-    for (int64_t z = 0; z < grid[2]; z++)
-        for (int64_t y = 0; y < grid[1]; y++)
-            for (int64_t x = 0; x < grid[0]; x++) {
-                Arena scratch = {0};
-                Interp prog = *in;
-                prog.arena = &scratch;
-                prog.copies = (PtrVec){0};   /* a program's copies are its own */
-                map_init(&prog.values, false);
-                int64_t pid[3] = {x, y, z};
-                for (int i = 0; i < 3; i++)
-                    map_put(&scratch, &prog.values, b->args[i], scalar_tensor(&prog, SK_INDEX, (double)pid[i]));
-                for (int i = 0; i < nin; i++)
-                    map_put(&scratch, &prog.values, b->args[3 + i], get(in, op->operands[3 + i]));
-                for (int i = 0; i < op->nresults; i++)
-                    map_put(&scratch, &prog.values, b->args[3 + nin + i], outs[i]);
-                bool ok = eval_block(&prog, b, NULL);
-                arena_free(&scratch);
-                if (!ok) {
-                    in->failed = true;
-                    return false;
-                }
-            }
+    int64_t n;
+    Pid *pids = launch_order(in, op, grid, &n);
+    if (!pids)
+        return false;
+    for (int64_t t = 0; t < n; t++) {
+        Arena scratch = {0};
+        Interp prog = *in;
+        prog.arena = &scratch;
+        prog.copies = (PtrVec){0};   /* a program's copies are its own */
+        map_init(&prog.values, false);
+        for (int i = 0; i < 3; i++)
+            map_put(&scratch, &prog.values, b->args[i], scalar_tensor(&prog, SK_INDEX, (double)pids[t].id[i]));
+        for (int i = 0; i < nin; i++)
+            map_put(&scratch, &prog.values, b->args[3 + i], get(in, op->operands[3 + i]));
+        for (int i = 0; i < op->nresults; i++)
+            map_put(&scratch, &prog.values, b->args[3 + nin + i], outs[i]);
+        bool ok = eval_block(&prog, b, NULL);
+        arena_free(&scratch);
+        if (!ok) {
+            in->failed = true;
+            return false;
+        }
+    }
     for (int i = 0; i < op->nresults; i++)
         map_put(in->arena, &in->values, op->results[i], outs[i]);
     return true;

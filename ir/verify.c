@@ -624,6 +624,47 @@ static Op *parent_op(const Op *op) {
 }
 
 /* tile.launch(gx, gy, gz, inputs...) ({^bb0(px, py, pz, in memrefs..., out memrefs...)}) : outputs */
+/* Does op read the result of a dot? */
+static bool reads_a_dot(const Op *op) {
+    for (int i = 0; i < op->noperands; i++)
+        if (op->operands[i]->def && op->operands[i]->def->kind == OP_DOT)
+            return true;
+    return false;
+}
+
+/* A ping-pong launch's turns (warp-roles' nv.turn and nv.barrier.turn): in each block a turn
+ * opens at a first dot, holds middle dots and closes at a last one (an only
+ * dot is a turn alone); inside a turn no op has regions or reads a dot's
+ * result (the warpgroup holding the turn never waits for a dot), and no
+ * turn is open at the block's end. */
+static void verify_turns(Verifier *v, Block *blk) {
+    Op *open = NULL;   /* the dot that opened the turn */
+    for_each_op(op, blk) {
+        for (int r = 0; r < op->nregions; r++)
+            for (int b = 0; b < op->regions[r].nblocks; b++)
+                verify_turns(v, op->regions[r].blocks[b]);
+        Attr *t = op->kind == OP_DOT ? op_attr(op, "nv.turn") : NULL;
+        if (op->kind == OP_DOT && (!t || t->kind != AT_STR)) {
+            op_error(v, op, "in a ping-pong launch needs nv.turn (run warp-roles)");
+            return;
+        }
+        if (open && (op->nregions || reads_a_dot(op))) {
+            op_error(v, op, "is inside a ping-pong turn, which holds no loop and waits for no dot");
+            return;
+        }
+        if (!t)
+            continue;
+        bool opens = strcmp(t->s, "first") == 0 || strcmp(t->s, "only") == 0;
+        if (opens != !open) {
+            op_error(v, op, open ? "opens a ping-pong turn inside another" : "continues a ping-pong turn none opened");
+            return;
+        }
+        open = strcmp(t->s, "first") == 0 || strcmp(t->s, "middle") == 0 ? (open ? open : op) : NULL;
+    }
+    if (open)
+        op_error(v, open, "opens a ping-pong turn its block never closes");
+}
+
 static void verify_launch(Verifier *v, Op *op) {
     for (int i = 0; i < 3; i++)
         if (!is_index(op->operands[i]->type)) {
@@ -647,6 +688,8 @@ static void verify_launch(Verifier *v, Op *op) {
             return;
         }
     }
+    if (op_attr(op, "nv.barrier.turn"))   /* (ping-pong's turns, once warp-roles has marked them) */
+        verify_turns(v, op->regions[0].blocks[0]);
 }
 
 static void verify_for_(Verifier *v, Op *op) {
