@@ -4,7 +4,8 @@
  *               tile.launch, the host side (grid rules, temporaries, dims)
  *               written as the manifest
  *   lower.h     the shared lowering of a kernel (llvm.c, scalar.c, layout.c,
- *               smem.c, lower.c) and the interface of a target (CgTarget)
+ *               smem.c, elementwise.c, memory.c, reduce.c, lower.c,
+ *               warp_specialise.c) and the interface of a target (CgTarget)
  *   sm70.c      Volta: mma.m8n8k4, register prefetch, P by shuffles
  *   sm80.c      Ampere: mma.m16n8k16, ldmatrix
  *   sm90a.c     Hopper: wgmma from 128-byte swizzled shared memory

@@ -1,609 +1,12 @@
-/* lower.c — the ops of a kernel (tile IR) in LLVM IR, and the kernel
- * skeleton; target hooks (CgTarget) do the MMA and the async copies. */
+/* lower.c — a kernel (tile IR) in LLVM IR: the op dispatch (elementwise.c,
+ * memory.c and reduce.c hold most ops; target hooks, CgTarget, the MMA and
+ * the async copies), transposes, loops and blocks, the stage releases, and
+ * the kernel's function, entry and launch bounds. */
 #include "codegen/lower.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 /* ---- ops ---------------------------------------------------------------------- */
-
-
-/* ---- index tiles: mask arithmetic in 32 bits ----------------------------------------
- *
- * A mask compares positions, as i64 (index) values: j <= i is j0 + c <= i0 +
- * r for the tile's key and query offsets j0, i0 and the element's column and
- * row c, r. In i64 each element costs several instructions (a pair of
- * 32-bit compares, carries), and on the causal diagonal ptxas parked the
- * 64 predicates a thread holds in registers. So an index tile made of
- * iotas and uniform scalars is also kept as base + var + k: base one i64
- * for the whole tile (i0, j0), var a 32-bit value of the thread's lane and
- * warp, k a constant, both per element (the layout's coordinates are lane
- * terms plus constants). Then c <= r + i0 − j0 is, per element,
- * var_c − var_r − (i0 − j0) <= k_r − k_c: the left side one value for the
- * whole tile (the var terms agree across elements), and one 32-bit
- * compare with an immediate an element, which holds no extra registers.
- * The i0 − j0 is clamped into 32 bits first, which keeps the order since
- * the other terms are small. The i64 values are still made for any other
- * use (LLVM drops those nobody reads). */
-enum { AFFINE_BOUND = 1 << 24 };   /* |var + k| stays below this; 2^30 clamps the base */
-
-typedef struct Affine {
-    const Dist *var, *k;   /* i32 values (NULL entries: 0) and i32 constants; NULL: all 0 */
-    LLVMValueRef base;     /* i64 */
-    int64_t bound;
-} Affine;
-
-/* The affine form of an index operand: a uniform scalar or an affine tile. */
-static bool affine_of(Cg *cg, const Value *v, Affine *f) {
-    Cv *c = cv_get(cg, v);
-    if (!c || elem_of(v) != SK_INDEX)
-        return false;
-    if (c->kind == CV_SCALAR) {
-        *f = (Affine){NULL, NULL, c->s, 0};
-        return true;
-    }
-    if (c->kind != CV_DIST || !c->d->affine)
-        return false;
-    *f = (Affine){c->d->var, c->d->k, c->d->base, c->d->bound};
-    return true;
-}
-
-static LLVMValueRef var_get(Cg *cg, const Affine *f, Pos p) { return f->var ? dist_get(cg, f->var, p) : NULL; }
-static int64_t k_get(Cg *cg, const Affine *f, Pos p) {
-    return f->k ? LLVMConstIntGetSExtValue(dist_get(cg, f->k, p)) : 0;
-}
-
-/* x ± y of var terms (NULL: 0) */
-static LLVMValueRef var_combine(Cg *cg, LLVMValueRef x, LLVMValueRef y, bool sub) {
-    if (!y)
-        return x;
-    if (!x)
-        return sub ? LLVMBuildNSWNeg(cg->b, y, "") : y;
-    return sub ? LLVMBuildNSWSub(cg->b, x, y, "") : LLVMBuildNSWAdd(cg->b, x, y, "");
-}
-
-/* A coordinate (i64, made of lane terms and constants by adds) as var + k. */
-static LLVMValueRef split_const(Cg *cg, LLVMValueRef v, int64_t *k) {
-    if (LLVMIsAConstantInt(v)) {
-        *k = LLVMConstIntGetSExtValue(v);
-        return NULL;
-    }
-    if (LLVMIsAInstruction(v) && LLVMGetInstructionOpcode(v) == LLVMAdd) {
-        int64_t k0, k1;
-        LLVMValueRef x = split_const(cg, LLVMGetOperand(v, 0), &k0), y = split_const(cg, LLVMGetOperand(v, 1), &k1);
-        *k = k0 + k1;
-        return var_combine(cg, x, y, false);
-    }
-    *k = 0;
-    return LLVMBuildTrunc(cg->b, v, cg->i32, "");
-}
-
-/* add/sub of two affine index operands: r (made by the caller, i64) gets
- * the affine form too. */
-static void affine_add(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
-    Affine a, b;
-    if (!affine_of(cg, op->operands[0], &a) || !affine_of(cg, op->operands[1], &b) ||
-        a.bound + b.bound >= AFFINE_BOUND)
-        return;
-    bool sub = op->kind == OP_SUB;
-    r->affine = true;
-    r->bound = a.bound + b.bound;
-    r->base = sub ? LLVMBuildSub(cg->b, a.base, b.base, "") : add(cg, a.base, b.base);
-    if (!a.var && !b.var && !a.k && !b.k)
-        return;
-    r->var = dist_new(cg, SK_I32, r->rows, r->cols);
-    r->k = dist_new(cg, SK_I32, r->rows, r->cols);
-    for (int i = 0; i < n; i++) {
-        dist_set(cg, r->var, ps[i], var_combine(cg, var_get(cg, &a, ps[i]), var_get(cg, &b, ps[i]), sub));
-        int64_t k = sub ? k_get(cg, &a, ps[i]) - k_get(cg, &b, ps[i]) : k_get(cg, &a, ps[i]) + k_get(cg, &b, ps[i]);
-        dist_set(cg, r->k, ps[i], ci32(cg, (int)k));
-    }
-}
-
-/* cmp of two affine index operands into r (i1): false if either is not. */
-static bool index_cmp(Cg *cg, const Op *op, Dist *r, const Pos *ps, int n) {
-    Affine a, b;
-    if (!affine_of(cg, op->operands[0], &a) || !affine_of(cg, op->operands[1], &b) ||
-        a.bound + b.bound >= AFFINE_BOUND)
-        return false;
-    int pred = cmp_pred(op);
-    if (pred < 0)
-        return false;
-    /* ba + va + ka <pred> bb + vb + kb  <=>  va − vb − (bb − ba) <pred> kb − ka */
-    LLVMValueRef d = LLVMBuildSub(cg->b, b.base, a.base, "");
-    LLVMValueRef hi = ci64(cg, (int64_t)1 << 30), lo = ci64(cg, -((int64_t)1 << 30));
-    d = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSGT, d, hi, ""), hi, d, "");
-    d = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, d, lo, ""), lo, d, "");
-    d = LLVMBuildTrunc(cg->b, d, cg->i32, "");
-    for (int i = 0; i < n; i++) {
-        LLVMValueRef v = var_combine(cg, var_combine(cg, var_get(cg, &a, ps[i]), var_get(cg, &b, ps[i]), true), d, true);
-        int64_t k = k_get(cg, &b, ps[i]) - k_get(cg, &a, ps[i]);
-        dist_set(cg, r, ps[i], LLVMBuildICmp(cg->b, int_preds[pred], v, ci32(cg, (int)k), ""));
-    }
-    return true;
-}
-
-/* O·α, the online softmax's rescale of the accumulator by a row vector
- * in a key loop: when no row of the warp moved its max (every α is 1: in
- * almost every key tile, as online-softmax moves the max lazily), the
- * product is O itself, so a warp-uniform branch skips the multiplies (64
- * FMUL a key tile at head dim 128 on sm_90a, 128 on sm_80). Same values
- * either way. The target decides where (may_skip_unit_scale): sm_90a in
- * softmax-overlap launches, sm_80 except where P·V is at the register limit
- * (doc/codegen.md). */
-static bool skips_unit_scale(Cg *cg, const Op *op) {
-    if (!op_attr(op, "rescale") || !cg->target->may_skip_unit_scale)   /* online-softmax's O·α */
-        return false;
-    return op->parent != cg->top && op->results[0]->type->elem == SK_F32 && cg->target->may_skip_unit_scale(cg, op);
-}
-
-static void scale_unless_unit(Cg *cg, const Op *op, Dist **ops, const ScalarKind *ks, Dist *r, const Pos *ps, int n) {
-    ScalarKind rk = op->results[0]->type->elem;
-    LLVMValueRef *x = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)n), *a = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)n);
-    LLVMValueRef unit = LLVMConstInt(cg->i1, 1, 0);
-    for (int k = 0; k < n; k++) {
-        x[k] = dist_get(cg, ops[0], ps[k]);
-        a[k] = dist_get(cg, ops[1], ps[k]);
-    }
-    for (int s = 0; s < ops[1]->n; s++)
-        if (ops[1]->v[s])
-            unit = LLVMBuildAnd(cg->b, unit,
-                                LLVMBuildFCmp(cg->b, LLVMRealOEQ, cg_cast(cg, ops[1]->v[s], ops[1]->elem, SK_F32),
-                                              fconst(cg, SK_F32, 1), ""), "");
-    LLVMValueRef args[2] = {ci32(cg, -1), unit};
-    LLVMValueRef all = cg_call(cg, "llvm.nvvm.vote.all.sync", cg->i1, args, 2);
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(cg->b);
-    LLVMBasicBlockRef scale = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "scale");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "scaled");
-    LLVMBuildCondBr(cg->b, all, join, scale);
-    LLVMPositionBuilderAtEnd(cg->b, scale);
-    LLVMValueRef *y = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)n);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef xa[2] = {x[k], a[k]};
-        y[k] = scalar_op(cg, op, rk, xa, ks);
-    }
-    LLVMBasicBlockRef scaled = LLVMGetInsertBlock(cg->b);
-    LLVMBuildBr(cg->b, join);
-    LLVMPositionBuilderAtEnd(cg->b, join);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef phi = LLVMBuildPhi(cg->b, LLVMTypeOf(y[k]), "");
-        LLVMValueRef in[2] = {x[k], y[k]};
-        LLVMBasicBlockRef bb[2] = {from, scaled};
-        LLVMAddIncoming(phi, in, bb, 2);
-        dist_set(cg, r, ps[k], phi);
-    }
-    cv_put(cg, op->results[0], cv_dist(cg, r));
-}
-
-static void emit_elementwise(Cg *cg, const Op *op) {
-    const Type *rt = op->results[0]->type;
-    if (rt->kind == TY_SCALAR) {
-        LLVMValueRef x[3];
-        ScalarKind ks[3];
-        for (int i = 0; i < op->noperands; i++) {
-            x[i] = as_scalar(cg, op, op->operands[i]);
-            ks[i] = elem_of(op->operands[i]);
-        }
-        cv_put(cg, op->results[0], cv_scalar(cg, scalar_op(cg, op, rt->elem, x, ks)));
-        return;
-    }
-    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
-    if (!shape_ok(cg, op, rows, cols))
-        return;
-    Dist *ops[3];
-    ScalarKind ks[3];
-    for (int i = 0; i < op->noperands; i++) {
-        ops[i] = as_dist(cg, op, op->operands[i]);
-        ks[i] = elem_of(op->operands[i]);
-    }
-    Dist *r = dist_new(cg, rt->elem, rows, cols);
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    if (op->kind == OP_CMP && index_cmp(cg, op, r, ps, n)) {
-        cv_put(cg, op->results[0], cv_dist(cg, r));
-        return;
-    }
-    if (skips_unit_scale(cg, op)) {
-        scale_unless_unit(cg, op, ops, ks, r, ps, n);
-        return;
-    }
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef x[3];
-        for (int i = 0; i < op->noperands; i++)
-            x[i] = dist_get(cg, ops[i], ps[k]);
-        dist_set(cg, r, ps[k], scalar_op(cg, op, rt->elem, x, ks));
-    }
-    if ((op->kind == OP_ADD || op->kind == OP_SUB) && rt->elem == SK_INDEX)
-        affine_add(cg, op, r, ps, n);
-    cv_put(cg, op->results[0], cv_dist(cg, r));
-}
-
-/* Memref coordinates of a tile element: the op's base indices plus the tile
- * coordinates along the memref dims `dims` names. */
-void mem_coords(Cg *cg, const Op *op, const Mem *m, int first, LLVMValueRef row, LLVMValueRef col,
-                       LLVMValueRef *co) {
-    Attr *dims = op_attr(op, "dims");
-    for (int d = 0; d < m->rank; d++)
-        co[d] = as_scalar(cg, op, op->operands[first + d]);
-    LLVMValueRef t[2] = {row, col};
-    for (int a = 0; a < dims->n && a < 2; a++)
-        if (dims->elems[a]->i >= 0)
-            co[dims->elems[a]->i] = add(cg, co[dims->elems[a]->i], t[a]);
-}
-
-/* Offset of the coordinates, and whether they are inside the memref. */
-LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *inside) {
-    LLVMValueRef off = ci64(cg, 0), in = LLVMConstInt(cg->i1, 1, 0);
-    for (int d = 0; d < m->rank; d++) {
-        /* unsigned compare: negative coordinates are outside too */
-        in = LLVMBuildAnd(cg->b, in, LLVMBuildICmp(cg->b, LLVMIntULT, co[d], m->dims[d], ""), "");
-        off = add(cg, off, mul(cg, co[d], m->strides[d]));
-    }
-    *inside = in;
-    return off;
-}
-
-/* The memref offset of position p of a rows×cols tile at the op's indices
- * (operands from `first`), and whether it is inside the memref. */
-static LLVMValueRef tile_offset(Cg *cg, const Op *op, const Mem *m, int first, Pos p, int64_t rows, int64_t cols,
-                                LLVMValueRef *inside) {
-    LLVMValueRef r, c, co[8];
-    coords(cg, p, rows, cols, &r, &c);
-    mem_coords(cg, op, m, first, r, c, co);
-    return mem_offset(cg, m, co, inside);
-}
-
-/* Loads one element at off if inside, else gives fill (no branch: the address
- * is clamped to element 0). */
-static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMValueRef inside, LLVMValueRef fill) {
-    LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
-    LLVMValueRef v = load_elem(cg, m->elem, gep(cg, m->elem, m->ptr, safe));
-    return LLVMBuildSelect(cg->b, inside, v, fill, "");
-}
-
-/* Whether a tile's columns run along m's innermost dim with stride 1: then
- * the element right of (r, c) is the next one in memory. */
-static bool columns_contiguous(const Op *op, const Mem *m) {
-    Attr *dims = op_attr(op, "dims");
-    LLVMValueRef s = m->strides[m->rank - 1];
-    return dims->n >= 2 && dims->elems[1]->i == m->rank - 1 && LLVMIsAConstantInt(s) &&
-           LLVMConstIntGetSExtValue(s) == 1;
-}
-
-/* Whether a 16-bit tile in the accumulator layout is stored two elements
- * at a time (store_pair): its pairs (pos_pair) adjacent in memory. Loads
- * stay 16-bit: ptxas hoists 32-bit ones above a whole epilogue's stores
- * (SwiGLU's down projection with its residual spilled) where it
- * interleaves these. */
-static bool stores_pairs(const Cg *cg, const Op *op, const Mem *m) {
-    return cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && columns_contiguous(op, m);
-}
-
-/* Every memref starts 16-byte aligned (libattnrt's checks, smem_alloc): a
- * pair of 16-bit elements is 4-byte aligned when its element offset is even,
- * which LLVM can often prove from the offset's known bits. */
-static LLVMValueRef pair_aligned(Cg *cg, LLVMValueRef off0) {
-    return LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, off0, ci64(cg, 1), ""), ci64(cg, 0), "");
-}
-
-static void emit_load(Cg *cg, const Op *op) {
-    Mem *m = as_mem(cg, op, op->operands[0]);
-    if (!m)
-        return;
-    const Type *rt = op->results[0]->type;
-    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
-    if (op_attr(op, "nv.operand")) {   /* sm70-layout: the dots read it from shared memory */
-        View *w = NEW(cg->a, View);
-        w->rows = rows;
-        w->cols = cols;
-        if (m->shared) {   /* a stage of a shared buffer: the dot reads it in place */
-            LLVMValueRef co[8], inside;
-            mem_coords(cg, op, m, 1, ci64(cg, 0), ci64(cg, 0), co);
-            w->base = gep(cg, m->elem, m->ptr, mem_offset(cg, m, co, &inside));
-            w->stride = m->cstrides[m->rank - 2];
-            w->swizzle = m->swizzle;
-            w->panel_rows = m->cdims[m->rank - 2];
-            if (m->swizzle && (rows != w->panel_rows || cols != m->cdims[m->rank - 1])) {
-                cg_err(cg, op, "a swizzled shared tile is read whole (one stage)", NULL);
-                return;
-            }
-        } else {
-            emit_view_copy(cg, op, m, w);
-            Attr *how = op_attr(op, "nv.operand");
-            if (strcmp(how->s, "fragments") == 0) {
-                if (!cg->target->preload_a) {
-                    cg_err(cg, op, "internal error: nv.operand \"fragments\" on a target without them", NULL);
-                    return;
-                }
-                cg->target->preload_a(cg, w, m->elem);
-            }
-        }
-        Cv *c = NEW(cg->a, Cv);
-        c->kind = CV_VIEW;
-        c->view = w;
-        cv_put(cg, op->results[0], c);
-        return;
-    }
-    if (!shape_ok(cg, op, rows, cols))
-        return;
-    Attr *pad = op_attr(op, "pad");
-    double padv = pad ? (pad->kind == AT_FLOAT ? pad->f : (double)pad->i) : 0;
-    LLVMValueRef fill = scalar_is_float(rt->elem) ? fconst(cg, rt->elem, padv)
-                                                  : LLVMConstInt(lty(cg, rt->elem), (unsigned long long)padv, 1);
-    Dist *d = dist_new(cg, rt->elem, rows, cols);
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], rows, cols, &inside);
-        dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, fill));
-    }
-    cv_put(cg, op->results[0], cv_dist(cg, d));
-}
-
-/* Positions p, q (pos_pair, stores_pairs) of a 16-bit tile.store: one
- * 32-bit store where both are inside and the pair is aligned, else each
- * element on its own. Where LLVM proves the pair aligned and q inside
- * whenever p is, only the 32-bit store is left. */
-static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int64_t rows, int64_t cols,
-                       LLVMValueRef own) {
-    LLVMValueRef in0, in1;
-    LLVMValueRef off0 = tile_offset(cg, op, m, 2, p, rows, cols, &in0);
-    tile_offset(cg, op, m, 2, q, rows, cols, &in1);
-    LLVMValueRef off1 = add(cg, off0, ci64(cg, 1));
-    LLVMValueRef v0 = cg_cast(cg, dist_get(cg, d, p), d->elem, m->elem);
-    LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, q), d->elem, m->elem);
-    LLVMValueRef a0 = gep(cg, m->elem, m->ptr, off0), a1 = gep(cg, m->elem, m->ptr, off1);
-    LLVMValueRef both = LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, in0, in1, ""), own, "");
-    LLVMValueRef fast = LLVMBuildAnd(cg->b, both, pair_aligned(cg, off0), "");
-    LLVMValueRef word = LLVMBuildBitCast(cg->b, pack2(cg, v0, v1), cg->i32, "");
-    if (m->shared) {
-        LLVMBasicBlockRef join = if_begin(cg, fast);
-        store_elem(cg, SK_I32, word, a0);
-        if_end(cg, join);
-    } else {
-        /* a predicated store, not a branch: LLVM would sink the pair's
-         * arithmetic into the branch, keeping the whole accumulator alive
-         * through the loads ptxas hoists above all stores (a residual's) */
-        LLVMValueRef args[3] = {LLVMBuildPtrToInt(cg->b, a0, cg->i64, ""), word, LLVMBuildZExt(cg->b, fast, cg->i32, "")};
-        cg_asm(cg, "{\n.reg .pred p;\nsetp.ne.b32 p, $2, 0;\n@p st.global.b32 [$0], $1;\n}", "l,r,r,~{memory}",
-               LLVMVoidTypeInContext(cg->ctx), args, 3);
-    }
-    LLVMValueRef slow = LLVMBuildAnd(cg->b, LLVMBuildNot(cg->b, fast, ""), own, "");
-    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in0, ""));
-    store_elem(cg, m->elem, v0, a0);
-    if_end(cg, join);
-    join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in1, ""));
-    store_elem(cg, m->elem, v1, a1);
-    if_end(cg, join);
-}
-
-/* tile.store, and tile.atomic_add: each element added into global f32
- * memory (atomicrmw fadd: red.global.add where the result is unused);
- * elements outside the memref are skipped. */
-static void emit_store(Cg *cg, const Op *op) {
-    Attr *how = op_attr(op, "nv.store");
-    if (how && strcmp(how->s, "tma") == 0) {
-        tma_store(cg, op);
-        return;
-    }
-    Mem *m = as_mem(cg, op, op->operands[0]);
-    if (!m)
-        return;
-    const Type *t = op->operands[1]->type;
-    int64_t rows = t->dims[0].size, cols = t->dims[1].size;
-    Dist *d = as_dist(cg, op, op->operands[1]);
-    if (cg->failed)
-        return;
-    bool atomic = op->kind == OP_ATOMIC_ADD;
-    if (atomic && (m->elem != SK_F32 || m->shared)) {
-        cg_err(cg, op, "tile.atomic_add adds into global f32 memory only", NULL);
-        return;
-    }
-    LLVMValueRef own = tile_owner(cg, rows, cols);
-    bool pairs = !atomic && stores_pairs(cg, op, m);
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    for (int k = 0; k < n; k++) {
-        if (pairs && pos_pair(ps, k, n)) {
-            store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
-            k++;
-            continue;
-        }
-        LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
-        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
-        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
-        if (atomic)
-            LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpFAdd, gep(cg, m->elem, m->ptr, off), v,
-                               LLVMAtomicOrderingMonotonic, false);
-        else
-            store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
-        if_end(cg, join);
-    }
-}
-
-static void emit_gather(Cg *cg, const Op *op) {
-    Mem *m = as_mem(cg, op, op->operands[0]);
-    if (!m)
-        return;
-    const Type *rt = op->results[0]->type;
-    if (rt->kind == TY_SCALAR) {   /* every index a scalar: one load, the same in all threads */
-        LLVMValueRef co[8], inside;
-        for (int i = 0; i < m->rank; i++)
-            co[i] = cg_cast(cg, as_scalar(cg, op, op->operands[1 + i]), elem_of(op->operands[1 + i]), SK_INDEX);
-        LLVMValueRef off = mem_offset(cg, m, co, &inside);
-        cv_put(cg, op->results[0], cv_scalar(cg, guarded_load(cg, m, off, inside, LLVMConstNull(lty(cg, m->elem)))));
-        return;
-    }
-    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
-    if (!shape_ok(cg, op, rows, cols))
-        return;
-    Dist *ix[8];
-    for (int i = 0; i < m->rank; i++)
-        ix[i] = as_dist(cg, op, op->operands[1 + i]);
-    Dist *d = dist_new(cg, rt->elem, rows, cols);
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef co[8], inside;
-        for (int i = 0; i < m->rank; i++)
-            co[i] = cg_cast(cg, dist_get(cg, ix[i], ps[k]), ix[i]->elem, SK_INDEX);
-        LLVMValueRef off = mem_offset(cg, m, co, &inside);
-        dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, LLVMConstNull(lty(cg, m->elem))));
-    }
-    cv_put(cg, op->results[0], cv_dist(cg, d));
-}
-
-static void emit_splat_iota(Cg *cg, const Op *op) {
-    const Type *rt = op->results[0]->type;
-    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
-    if (!shape_ok(cg, op, rows, cols))
-        return;
-    if (op->kind == OP_SPLAT) {
-        Dist *d = dist_new(cg, rt->elem, 1, 1);
-        d->v[0] = as_scalar(cg, op, op->operands[0]);
-        if (rt->elem == SK_INDEX)   /* base alone */
-            d->affine = true, d->base = d->v[0];
-        cv_put(cg, op->results[0], cv_dist(cg, d));
-        return;
-    }
-    int axis = (int)op_attr(op, "axis")->i;
-    Dist *d = dist_new(cg, rt->elem, rows, cols);
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef r, c;
-        coords(cg, ps[k], rows, cols, &r, &c);
-        dist_set(cg, d, ps[k], cg_cast(cg, axis == 0 ? r : c, SK_INDEX, rt->elem));
-    }
-    if (rt->elem == SK_INDEX && (axis == 0 ? rows : cols) < AFFINE_BOUND) {   /* var + k alone */
-        d->affine = true;
-        d->base = ci64(cg, 0);
-        d->bound = axis == 0 ? rows : cols;
-        d->var = dist_new(cg, SK_I32, rows, cols);
-        d->k = dist_new(cg, SK_I32, rows, cols);
-        for (int i = 0; i < n; i++) {
-            int64_t k;
-            dist_set(cg, d->var, ps[i], split_const(cg, dist_get(cg, d, ps[i]), &k));
-            dist_set(cg, d->k, ps[i], ci32(cg, (int)k));
-        }
-    }
-    cv_put(cg, op->results[0], cv_dist(cg, d));
-}
-
-static LLVMValueRef combine(Cg *cg, const char *kind, ScalarKind k, LLVMValueRef x, LLVMValueRef y) {
-    if (strcmp(kind, "sum") == 0) {
-        LLVMValueRef r = LLVMBuildFAdd(cg->b, to_f32(cg, x), to_f32(cg, y), "");
-        return round_f32(cg, r, k);
-    }
-    return fmaxmin(cg, strcmp(kind, "max") == 0, x, y);
-}
-
-/* v combined across the lanes that share its row (the accumulator layout). */
-static LLVMValueRef across_row_lanes(Cg *cg, const char *kind, ScalarKind k, LLVMValueRef v) {
-    for (int bit = 1; bit < 32; bit <<= 1)
-        if (cg->acc.row_lanes & bit)
-            v = combine(cg, kind, k, v, shfl_xor(cg, v, bit));
-    return v;
-}
-
-/* nv.lane_sum: each lane held the sum of its own columns of the row (a
- * tile.reduce with nv.partial, carried through a key loop); add them. */
-static void emit_lane_sum(Cg *cg, const Op *op) {
-    const Type *t = op->results[0]->type;
-    if (cg->lay != LAY_ACC) {
-        cg_err(cg, op, "internal error: nv.lane_sum outside the accumulator layout", NULL);
-        return;
-    }
-    Dist *x = as_dist(cg, op, op->operands[0]);
-    if (!x)
-        return;
-    Dist *r = dist_new(cg, t->elem, t->dims[0].size, 1);
-    for (int s = 0; s < r->n; s++)
-        r->v[s] = x->v[s] ? across_row_lanes(cg, "sum", t->elem, x->v[s]) : NULL;
-    cv_put(cg, op->results[0], cv_dist(cg, r));
-}
-
-static void emit_reduce(Cg *cg, const Op *op) {
-    const char *kind = op_attr(op, "kind")->s;
-    if (strcmp(kind, "sum") && strcmp(kind, "max") && strcmp(kind, "min")) {
-        cg_err(cg, op, "reduction '%s' is not supported", kind);
-        return;
-    }
-    const Type *xt = op->operands[0]->type, *rt = op->results[0]->type;
-    int64_t rows = xt->dims[0].size, cols = xt->dims[1].size;
-    if (!shape_ok(cg, op, rows, cols))
-        return;
-    Dist *x = as_dist(cg, op, op->operands[0]);
-    Dist *r = dist_new(cg, rt->elem, rows, 1);
-    if (cols == 1) {   /* already one per row */
-        for (int k = 0; k < r->n; k++)
-            r->v[k] = x->v[k] ? cg_cast(cg, x->v[k], x->elem, rt->elem) : NULL;
-        cv_put(cg, op->results[0], cv_dist(cg, r));
-        return;
-    }
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    bool partial = op_attr(op, "nv.partial") != NULL;
-    if (partial && (cg->lay != LAY_ACC || strcmp(kind, "sum") != 0)) {
-        cg_err(cg, op, "internal error: nv.partial on a reduction other than a sum in the accumulator layout", NULL);
-        return;
-    }
-    if (cg->lay == LAY_ACC) {
-        if (cg->wcols > 1) {
-            cg_err(cg, op, "internal error: a row reduction in a grid of warps (nv.warp_cols): a row spans warps", NULL);
-            return;
-        }
-        /* in-thread over the row's elements, then across the lanes sharing
-         * the row (nv.partial: later, at an nv.lane_sum) */
-        LLVMValueRef *acc = NEW_ARRAY(cg->a, LLVMValueRef, cg->mrep * 8);
-        for (int k = 0; k < n; k++) {
-            int s = ps[k].a * 8 + (ps[k].i & cg->acc.row_bits);
-            LLVMValueRef v = cg_cast(cg, dist_get(cg, x, ps[k]), x->elem, rt->elem);
-            acc[s] = acc[s] ? combine(cg, kind, rt->elem, acc[s], v) : v;
-        }
-        for (int s = 0; s < cg->mrep * 8; s++) {
-            if (!acc[s])
-                continue;
-            r->v[s] = partial ? acc[s] : across_row_lanes(cg, kind, rt->elem, acc[s]);
-        }
-        cv_put(cg, op->results[0], cv_dist(cg, r));
-        return;
-    }
-    /* BLOCKED: per thread, per warp, then across warps through shared memory */
-    LLVMValueRef scratch = smem_alloc(cg, (int64_t)rows * cg->nwarps * 4);
-    for (int64_t row = 0; row < rows; row++) {
-        LLVMValueRef v = NULL;
-        for (int64_t j = 0; j < cslots(cg, cols); j++) {
-            LLVMValueRef e = cg_cast(cg, dist_get(cg, x, (Pos){(int)row, (int)j, 0}), x->elem, SK_F32);
-            if ((j + 1) * cg->threads > cols) {   /* past the row's end: the identity */
-                double id = strcmp(kind, "sum") == 0 ? 0 : strcmp(kind, "max") == 0 ? -INFINITY : INFINITY;
-                LLVMValueRef col = add(cg, ci64(cg, j * cg->threads), zext64(cg, cg->tid));
-                e = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, col, ci64(cg, cols), ""), e,
-                                    fconst(cg, SK_F32, id), "");
-            }
-            v = v ? combine(cg, kind, SK_F32, v, e) : e;
-        }
-        for (int m = 16; m >= 1; m /= 2)
-            v = combine(cg, kind, SK_F32, v, shfl_xor(cg, v, m));
-        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
-        LLVMValueRef slot = add(cg, mul(cg, zext64(cg, cg->warp), ci64(cg, rows)), ci64(cg, row));
-        LLVMBuildStore(cg->b, v, gep(cg, SK_F32, scratch, slot));
-        if_end(cg, join);
-    }
-    cg_barrier(cg);
-    for (int64_t row = 0; row < rows; row++) {
-        LLVMValueRef v = NULL;
-        for (int w = 0; w < cg->nwarps; w++) {
-            LLVMValueRef e = LLVMBuildLoad2(cg->b, cg->f32, gep(cg, SK_F32, scratch, ci64(cg, w * rows + row)), "");
-            v = v ? combine(cg, kind, SK_F32, v, e) : e;
-        }
-        r->v[row] = cg_cast(cg, v, SK_F32, rt->elem);
-    }
-    cg_barrier(cg);
-    cv_put(cg, op->results[0], cv_dist(cg, r));
-}
-
 
 bool dot_fits(Cg *cg, const Op *op) {
     const Type *at = op->operands[0]->type, *bt = op->operands[1]->type, *rt = op->results[0]->type;
@@ -999,12 +402,9 @@ void emit_block(Cg *cg, const Block *blk, const Value **yv, Cv **ys) {
 
 /* ---- the kernel ----------------------------------------------------------------- */
 
-bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
-                 KernelInfo *info) {
-    Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target->target};
-    cgs.short_shared = cgs.info->short_shared;
-    Cg *cg = &cgs;
-    map_init(&cg->vals, false);
+/* The LLVM types every lowering uses. */
+static void init_types(Cg *cg) {
+    LLVMContextRef ctx = cg->ctx;
     cg->i1 = LLVMInt1TypeInContext(ctx);
     cg->i16 = LLVMInt16TypeInContext(ctx);
     cg->i32 = LLVMInt32TypeInContext(ctx);
@@ -1014,10 +414,12 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->f32 = LLVMFloatTypeInContext(ctx);
     cg->v2f16 = LLVMVectorType(cg->f16, 2);
     cg->p1 = LLVMPointerTypeInContext(ctx, 1);
-    const Op *launch = k->launch;
-    const Block *body = launch->regions[0].blocks[0];
+}
 
-    /* the layout the target's lowering pass chose */
+/* The layout the target's lowering pass chose, and the warp
+ * specialisation the sm_90a passes did. */
+static bool read_layout(Cg *cg, const Op *launch) {
+    const CgTarget *target = cg->target;
     Attr *lay = op_attr(launch, "nv.layout"), *rows = op_attr(launch, "nv.rows"),
          *warps = op_attr(launch, "nv.warps"), *blocks = op_attr(launch, "nv.row_blocks");
     if (!lay || !rows || !warps || !blocks)
@@ -1037,17 +439,22 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
     Attr *overlap = op_attr(launch, "nv.overlap");
     cg->hopper.lazy_dots = overlap && overlap->i;
-    if (!read_skeleton(cg, launch))
-        return false;
-    int launch_threads = cg->threads + 32 * cg->hopper.producer_warps;
-    map_init(&cg->hopper.releases, false);
-    map_init(&cg->hopper.wait_tok, false);
+    return read_skeleton(cg, launch);
+}
 
-    /* the function: memref pointers, the block's dims, the first y of this
-     * launch (below), then the tensor maps of its TMA copies (sm_90a) */
+/* The function: memref pointers, the block's dims, the first y of this
+ * launch (begin_entry), a persistent kernel's grid and tile counter, then
+ * the tensor maps of its TMA copies (sm_90a). Returns y_offset's index, or
+ * -1 after an error. */
+static int declare_kernel(Cg *cg, const Block *body) {
+    Arena *a = cg->a;
+    LLVMContextRef ctx = cg->ctx;
+    LLVMModuleRef mod = cg->mod;
+    const KernelSpec *k = cg->spec;
+    const Op *launch = k->launch;
     map_init(&cg->hopper.tma_bufs, false);
     if (!tma_collect(cg, body))
-        return false;
+        return -1;
     int nmem = launch->noperands - 3 + launch->nresults;
     int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->hopper.persistent ? 3 : 0), nparams = tmap0 + cg->hopper.ntmaps;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
@@ -1097,12 +504,18 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                     LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, ann, 3)));
     }
-    cg->smem = LLVMGetNamedGlobal(mod, "attnc_smem");
+    return y_param;
+}
+
+/* The entry block: the thread's lane and warp, and the program ids. */
+static void begin_entry(Cg *cg, const Block *body, int y_param) {
+    LLVMContextRef ctx = cg->ctx;
+    cg->smem = LLVMGetNamedGlobal(cg->mod, "attnc_smem");
     if (!cg->smem) {
         LLVMTypeRef at = LLVMArrayType(LLVMInt8TypeInContext(ctx), 0);
-        cg->smem = LLVMAddGlobalInAddressSpace(mod, at, "attnc_smem", 3);
+        cg->smem = LLVMAddGlobalInAddressSpace(cg->mod, at, "attnc_smem", 3);
         LLVMSetLinkage(cg->smem, LLVMExternalLinkage);
-        LLVMSetAlignment(cg->smem, (unsigned)(target->smem_align ? target->smem_align : 16));
+        LLVMSetAlignment(cg->smem, (unsigned)(cg->target->smem_align ? cg->target->smem_align : 16));
     }
     cg->b = LLVMCreateBuilderInContext(ctx);
     LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(ctx, cg->fn, "entry"));
@@ -1127,11 +540,15 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
     cv_put(cg, body->args[1], cv_scalar(cg, zext64(cg, LLVMBuildAdd(cg->b, sreg(cg, "ctaid.y"),
                                                                     LLVMGetParam(cg->fn, (unsigned)y_param), ""))));
 
-    /* memrefs: row-major, strides from the dims */
+}
+
+/* Memrefs: row-major, strides from the dims. */
+static bool bind_memrefs(Cg *cg, const Block *body, int nmem) {
+    const KernelSpec *k = cg->spec;
     for (int i = 0; i < nmem; i++) {
         const Value *arg = body->args[3 + i];
         const Type *t = arg->type;
-        Mem *m = NEW(a, Mem);
+        Mem *m = NEW(cg->a, Mem);
         m->elem = t->elem;
         m->rank = t->rank;
         m->ptr = LLVMGetParam(cg->fn, (unsigned)i);
@@ -1142,7 +559,7 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
                     if (strcmp(k->dims[j], t->dims[dd].sym) == 0)
                         m->dims[dd] = LLVMGetParam(cg->fn, (unsigned)(nmem + j));
                 if (!m->dims[dd])
-                    return cg_err(cg, launch, "unknown dim '%s'", t->dims[dd].sym);
+                    return cg_err(cg, k->launch, "unknown dim '%s'", t->dims[dd].sym);
             } else {
                 m->dims[dd] = ci64(cg, t->dims[dd].size);
             }
@@ -1152,31 +569,18 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
             m->strides[dd] = s;
             s = mul(cg, s, m->dims[dd]);
         }
-        Cv *c = NEW(a, Cv);
+        Cv *c = NEW(cg->a, Cv);
         c->kind = CV_MEM;
         c->mem = m;
         cv_put(cg, arg, c);
     }
-    cg->top = body;
-    map_init(&cg->last_use, false);
-    int index = 0;
-    for (const Op *o = body->first; o; o = o->next)
-        note_uses(cg, o, index++);
-    if (!cg->hopper.producer_warps) {
-        emit_block(cg, body, NULL, NULL);
-        if (!cg->failed && target->complete)
-            target->complete(cg, NULL);
-        if (!cg->failed && target->drain)
-            target->drain(cg);
-    } else {
-        emit_specialised(cg, body);
-    }
-    if (!cg->failed)
-        LLVMBuildRetVoid(cg->b);
-    LLVMDisposeBuilder(cg->b);
-    if (cg->failed)
-        return false;
+    return true;
+}
 
+/* The kernel's launch bounds (nvvm.annotations). */
+static void annotate_bounds(Cg *cg, int launch_threads) {
+    LLVMContextRef ctx = cg->ctx;
+    LLVMModuleRef mod = cg->mod;
     /* launch bounds: exactly `threads` per block (and, for setmaxnreg to
      * take effect, at least one block per SM, or nv.blocks_per_sm; see
      * min_blocks) */
@@ -1197,6 +601,49 @@ bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, 
         LLVMAddNamedMetadataOperand(mod, "nvvm.annotations",
                                     LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, min, 3)));
     }
+}
+
+bool emit_kernel(const CgTarget *target, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
+                 KernelInfo *info) {
+    Cg cgs = {.a = a, .d = d, .ctx = ctx, .mod = mod, .spec = k, .target = target, .info = target->target};
+    cgs.short_shared = cgs.info->short_shared;
+    Cg *cg = &cgs;
+    map_init(&cg->vals, false);
+    init_types(cg);
+    const Op *launch = k->launch;
+    const Block *body = launch->regions[0].blocks[0];
+    if (!read_layout(cg, launch))
+        return false;
+    int launch_threads = cg->threads + 32 * cg->hopper.producer_warps;
+    map_init(&cg->hopper.releases, false);
+    map_init(&cg->hopper.wait_tok, false);
+    int y_param = declare_kernel(cg, body);
+    if (y_param < 0)
+        return false;
+    begin_entry(cg, body, y_param);
+    if (!bind_memrefs(cg, body, launch->noperands - 3 + launch->nresults))
+        return false;
+    cg->top = body;
+    map_init(&cg->last_use, false);
+    int index = 0;
+    for (const Op *o = body->first; o; o = o->next)
+        note_uses(cg, o, index++);
+    if (!cg->hopper.producer_warps) {
+        emit_block(cg, body, NULL, NULL);
+        if (!cg->failed && target->complete)
+            target->complete(cg, NULL);
+        if (!cg->failed && target->drain)
+            target->drain(cg);
+    } else {
+        emit_specialised(cg, body);
+    }
+    if (!cg->failed)
+        LLVMBuildRetVoid(cg->b);
+    LLVMDisposeBuilder(cg->b);
+    if (cg->failed)
+        return false;
+
+    annotate_bounds(cg, launch_threads);
     if (cg->smem_bytes > cg->info->smem_limit)   /* the most a block can opt in to */
         return cg_err(cg, launch, "%s",
                       arena_printf(a, "the kernel needs %lld bytes of shared memory; %s has %lld",

@@ -26,8 +26,12 @@
  *   scalar.c   one element of arith/math ops, as the interpreter rounds it
  *   layout.c   layouts: positions, coordinates, broadcast owners; values
  *   smem.c     dynamic shared memory (live ranges), box copies through registers
- *   lower.c    the ops (loads, stores, reductions, loops) and the kernel,
- *              emitted once per warp role under warp specialisation (sm_90a)
+ *   elementwise.c  elementwise ops; splats and iotas, index tiles kept
+ *              32-bit for masks' compares
+ *   memory.c   loads, stores, atomic adds and gathers on memrefs
+ *   reduce.c   row reductions across lanes and warps; nv.lane_sum
+ *   lower.c    the op dispatch, transposes, loops, blocks (once per warp
+ *              role under warp specialisation, sm_90a) and the kernel
  *   warp_specialise.c  sm_90a's producer and consumer warpgroups, ping-pong
  *              turns, the persistent tile scheduler
  *   cp_async.c cp.async box copies into shared stages, and their waits
@@ -70,7 +74,7 @@ typedef struct Dist {
      * i + r, j + c): each element is also base + var + k, base one i64 for
      * the whole tile, var an i32 (NULL: 0) and k an i32 constant per element
      * (var/k NULL: all 0), |var + k| <= bound; comparing two such tiles is
-     * one 32-bit compare with an immediate an element (lower.c, index_cmp) */
+     * one 32-bit compare with an immediate an element (elementwise.c, index_cmp) */
     bool affine;
     struct Dist *var, *k;
     LLVMValueRef base;
@@ -191,7 +195,7 @@ typedef struct CgTarget {
     bool warp_grid;
     /* whether the online softmax's rescale mul (O·α: an f32 tile by a row
      * vector, in a key loop) may go behind a warp vote that skips it when
-     * every α is 1 (lower.c, skips_unit_scale); NULL: never */
+     * every α is 1 (elementwise.c, skips_unit_scale); NULL: never */
     bool (*may_skip_unit_scale)(const Cg *cg, const Op *mul);
 } CgTarget;
 
@@ -232,7 +236,7 @@ typedef struct Sm90State {
     Ring rings[8];
     /* warp specialisation (sm_90a, the launch's nv.producer_warps): warps
      * [0, nwarps) compute, a producer warpgroup after them issues the TMA
-     * copies; the body is emitted once per role (lower.c) */
+     * copies; the body is emitted once per role (warp_specialise.c) */
     Role role;
     int producer_warps;
     int producer_regs, consumer_regs;   /* setmaxnreg (nv.producer_regs, nv.consumer_regs) */
@@ -245,7 +249,7 @@ typedef struct Sm90State {
     int64_t section_tiles;   /* the tile order's sections (nv.section_tiles) */
     LLVMValueRef tiles_x, tiles_y;
     LLVMValueRef tile_counter;   /* i32 in global memory, zeroed before the launch: tiles taken */
-    LLVMValueRef sched;          /* shared: the tile scheduler's slot (lower.c, emit_tiles) */
+    LLVMValueRef sched;          /* shared: the tile scheduler's slot (warp_specialise.c, emit_tiles) */
     bool tma_stores;             /* a TMA store was issued: drain waits for it (tma.c) */
     bool tile_smem;              /* consumers allocated shared memory in this tile (smem.c): emit_tiles refuses it */
     bool pingpong;  /* consumer warpgroups take turns at the tensor cores (nv.pingpong) */
@@ -414,8 +418,18 @@ void tma_drain_release(Cg *cg);
 void tma_release(Cg *cg, const Token *t);
 void wait_phase(Cg *cg, LLVMValueRef bar, LLVMValueRef parity);
 
-/* ---- lower.c ------------------------------------------------------------------- */
+/* ---- the ops (elementwise.c, memory.c, reduce.c, lower.c) ------------------------ */
 
+/* elementwise.c: the elementwise ops; splats and iotas (index tiles) */
+void emit_elementwise(Cg *cg, const Op *op);
+void emit_splat_iota(Cg *cg, const Op *op);
+/* memory.c: loads, stores (and atomic adds), gathers */
+void emit_load(Cg *cg, const Op *op);
+void emit_store(Cg *cg, const Op *op);
+void emit_gather(Cg *cg, const Op *op);
+/* reduce.c: row reductions; nv.lane_sum */
+void emit_reduce(Cg *cg, const Op *op);
+void emit_lane_sum(Cg *cg, const Op *op);
 void mem_coords(Cg *cg, const Op *op, const Mem *m, int first, LLVMValueRef row, LLVMValueRef col,
                 LLVMValueRef *co);
 LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *inside);

@@ -1,0 +1,242 @@
+/* memory.c — tile.load, tile.store, tile.atomic_add and tile.gather on
+ * global and shared memrefs: each element's coordinates and offset, the
+ * guards of tiles that cross a memref's end, and paired stores where the
+ * columns are contiguous. */
+#include "codegen/lower.h"
+
+#include <string.h>
+
+/* Memref coordinates of a tile element: the op's base indices plus the tile
+ * coordinates along the memref dims `dims` names. */
+void mem_coords(Cg *cg, const Op *op, const Mem *m, int first, LLVMValueRef row, LLVMValueRef col,
+                       LLVMValueRef *co) {
+    Attr *dims = op_attr(op, "dims");
+    for (int d = 0; d < m->rank; d++)
+        co[d] = as_scalar(cg, op, op->operands[first + d]);
+    LLVMValueRef t[2] = {row, col};
+    for (int a = 0; a < dims->n && a < 2; a++)
+        if (dims->elems[a]->i >= 0)
+            co[dims->elems[a]->i] = add(cg, co[dims->elems[a]->i], t[a]);
+}
+
+/* Offset of the coordinates, and whether they are inside the memref. */
+LLVMValueRef mem_offset(Cg *cg, const Mem *m, LLVMValueRef *co, LLVMValueRef *inside) {
+    LLVMValueRef off = ci64(cg, 0), in = LLVMConstInt(cg->i1, 1, 0);
+    for (int d = 0; d < m->rank; d++) {
+        /* unsigned compare: negative coordinates are outside too */
+        in = LLVMBuildAnd(cg->b, in, LLVMBuildICmp(cg->b, LLVMIntULT, co[d], m->dims[d], ""), "");
+        off = add(cg, off, mul(cg, co[d], m->strides[d]));
+    }
+    *inside = in;
+    return off;
+}
+
+/* The memref offset of position p of a rows×cols tile at the op's indices
+ * (operands from `first`), and whether it is inside the memref. */
+static LLVMValueRef tile_offset(Cg *cg, const Op *op, const Mem *m, int first, Pos p, int64_t rows, int64_t cols,
+                                LLVMValueRef *inside) {
+    LLVMValueRef r, c, co[8];
+    coords(cg, p, rows, cols, &r, &c);
+    mem_coords(cg, op, m, first, r, c, co);
+    return mem_offset(cg, m, co, inside);
+}
+
+/* Loads one element at off if inside, else gives fill (no branch: the address
+ * is clamped to element 0). */
+static LLVMValueRef guarded_load(Cg *cg, const Mem *m, LLVMValueRef off, LLVMValueRef inside, LLVMValueRef fill) {
+    LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");
+    LLVMValueRef v = load_elem(cg, m->elem, gep(cg, m->elem, m->ptr, safe));
+    return LLVMBuildSelect(cg->b, inside, v, fill, "");
+}
+
+/* Whether a tile's columns run along m's innermost dim with stride 1: then
+ * the element right of (r, c) is the next one in memory. */
+static bool columns_contiguous(const Op *op, const Mem *m) {
+    Attr *dims = op_attr(op, "dims");
+    LLVMValueRef s = m->strides[m->rank - 1];
+    return dims->n >= 2 && dims->elems[1]->i == m->rank - 1 && LLVMIsAConstantInt(s) &&
+           LLVMConstIntGetSExtValue(s) == 1;
+}
+
+/* Whether a 16-bit tile in the accumulator layout is stored two elements
+ * at a time (store_pair): its pairs (pos_pair) adjacent in memory. Loads
+ * stay 16-bit: ptxas hoists 32-bit ones above a whole epilogue's stores
+ * (SwiGLU's down projection with its residual spilled) where it
+ * interleaves these. */
+static bool stores_pairs(const Cg *cg, const Op *op, const Mem *m) {
+    return cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && columns_contiguous(op, m);
+}
+
+/* Every memref starts 16-byte aligned (libattnrt's checks, smem_alloc): a
+ * pair of 16-bit elements is 4-byte aligned when its element offset is even,
+ * which LLVM can often prove from the offset's known bits. */
+static LLVMValueRef pair_aligned(Cg *cg, LLVMValueRef off0) {
+    return LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, off0, ci64(cg, 1), ""), ci64(cg, 0), "");
+}
+
+void emit_load(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *rt = op->results[0]->type;
+    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
+    if (op_attr(op, "nv.operand")) {   /* sm70-layout: the dots read it from shared memory */
+        View *w = NEW(cg->a, View);
+        w->rows = rows;
+        w->cols = cols;
+        if (m->shared) {   /* a stage of a shared buffer: the dot reads it in place */
+            LLVMValueRef co[8], inside;
+            mem_coords(cg, op, m, 1, ci64(cg, 0), ci64(cg, 0), co);
+            w->base = gep(cg, m->elem, m->ptr, mem_offset(cg, m, co, &inside));
+            w->stride = m->cstrides[m->rank - 2];
+            w->swizzle = m->swizzle;
+            w->panel_rows = m->cdims[m->rank - 2];
+            if (m->swizzle && (rows != w->panel_rows || cols != m->cdims[m->rank - 1])) {
+                cg_err(cg, op, "a swizzled shared tile is read whole (one stage)", NULL);
+                return;
+            }
+        } else {
+            emit_view_copy(cg, op, m, w);
+            Attr *how = op_attr(op, "nv.operand");
+            if (strcmp(how->s, "fragments") == 0) {
+                if (!cg->target->preload_a) {
+                    cg_err(cg, op, "internal error: nv.operand \"fragments\" on a target without them", NULL);
+                    return;
+                }
+                cg->target->preload_a(cg, w, m->elem);
+            }
+        }
+        Cv *c = NEW(cg->a, Cv);
+        c->kind = CV_VIEW;
+        c->view = w;
+        cv_put(cg, op->results[0], c);
+        return;
+    }
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    Attr *pad = op_attr(op, "pad");
+    double padv = pad ? (pad->kind == AT_FLOAT ? pad->f : (double)pad->i) : 0;
+    LLVMValueRef fill = scalar_is_float(rt->elem) ? fconst(cg, rt->elem, padv)
+                                                  : LLVMConstInt(lty(cg, rt->elem), (unsigned long long)padv, 1);
+    Dist *d = dist_new(cg, rt->elem, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], rows, cols, &inside);
+        dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, fill));
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, d));
+}
+
+/* Positions p, q (pos_pair, stores_pairs) of a 16-bit tile.store: one
+ * 32-bit store where both are inside and the pair is aligned, else each
+ * element on its own. Where LLVM proves the pair aligned and q inside
+ * whenever p is, only the 32-bit store is left. */
+static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int64_t rows, int64_t cols,
+                       LLVMValueRef own) {
+    LLVMValueRef in0, in1;
+    LLVMValueRef off0 = tile_offset(cg, op, m, 2, p, rows, cols, &in0);
+    tile_offset(cg, op, m, 2, q, rows, cols, &in1);
+    LLVMValueRef off1 = add(cg, off0, ci64(cg, 1));
+    LLVMValueRef v0 = cg_cast(cg, dist_get(cg, d, p), d->elem, m->elem);
+    LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, q), d->elem, m->elem);
+    LLVMValueRef a0 = gep(cg, m->elem, m->ptr, off0), a1 = gep(cg, m->elem, m->ptr, off1);
+    LLVMValueRef both = LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, in0, in1, ""), own, "");
+    LLVMValueRef fast = LLVMBuildAnd(cg->b, both, pair_aligned(cg, off0), "");
+    LLVMValueRef word = LLVMBuildBitCast(cg->b, pack2(cg, v0, v1), cg->i32, "");
+    if (m->shared) {
+        LLVMBasicBlockRef join = if_begin(cg, fast);
+        store_elem(cg, SK_I32, word, a0);
+        if_end(cg, join);
+    } else {
+        /* a predicated store, not a branch: LLVM would sink the pair's
+         * arithmetic into the branch, keeping the whole accumulator alive
+         * through the loads ptxas hoists above all stores (a residual's) */
+        LLVMValueRef args[3] = {LLVMBuildPtrToInt(cg->b, a0, cg->i64, ""), word, LLVMBuildZExt(cg->b, fast, cg->i32, "")};
+        cg_asm(cg, "{\n.reg .pred p;\nsetp.ne.b32 p, $2, 0;\n@p st.global.b32 [$0], $1;\n}", "l,r,r,~{memory}",
+               LLVMVoidTypeInContext(cg->ctx), args, 3);
+    }
+    LLVMValueRef slow = LLVMBuildAnd(cg->b, LLVMBuildNot(cg->b, fast, ""), own, "");
+    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in0, ""));
+    store_elem(cg, m->elem, v0, a0);
+    if_end(cg, join);
+    join = if_begin(cg, LLVMBuildAnd(cg->b, slow, in1, ""));
+    store_elem(cg, m->elem, v1, a1);
+    if_end(cg, join);
+}
+
+/* tile.store, and tile.atomic_add: each element added into global f32
+ * memory (atomicrmw fadd: red.global.add where the result is unused);
+ * elements outside the memref are skipped. */
+void emit_store(Cg *cg, const Op *op) {
+    Attr *how = op_attr(op, "nv.store");
+    if (how && strcmp(how->s, "tma") == 0) {
+        tma_store(cg, op);
+        return;
+    }
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *t = op->operands[1]->type;
+    int64_t rows = t->dims[0].size, cols = t->dims[1].size;
+    Dist *d = as_dist(cg, op, op->operands[1]);
+    if (cg->failed)
+        return;
+    bool atomic = op->kind == OP_ATOMIC_ADD;
+    if (atomic && (m->elem != SK_F32 || m->shared)) {
+        cg_err(cg, op, "tile.atomic_add adds into global f32 memory only", NULL);
+        return;
+    }
+    LLVMValueRef own = tile_owner(cg, rows, cols);
+    bool pairs = !atomic && stores_pairs(cg, op, m);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        if (pairs && pos_pair(ps, k, n)) {
+            store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
+            k++;
+            continue;
+        }
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
+        LLVMBasicBlockRef join = if_begin(cg, LLVMBuildAnd(cg->b, inside, own, ""));
+        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
+        if (atomic)
+            LLVMBuildAtomicRMW(cg->b, LLVMAtomicRMWBinOpFAdd, gep(cg, m->elem, m->ptr, off), v,
+                               LLVMAtomicOrderingMonotonic, false);
+        else
+            store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
+        if_end(cg, join);
+    }
+}
+
+void emit_gather(Cg *cg, const Op *op) {
+    Mem *m = as_mem(cg, op, op->operands[0]);
+    if (!m)
+        return;
+    const Type *rt = op->results[0]->type;
+    if (rt->kind == TY_SCALAR) {   /* every index a scalar: one load, the same in all threads */
+        LLVMValueRef co[8], inside;
+        for (int i = 0; i < m->rank; i++)
+            co[i] = cg_cast(cg, as_scalar(cg, op, op->operands[1 + i]), elem_of(op->operands[1 + i]), SK_INDEX);
+        LLVMValueRef off = mem_offset(cg, m, co, &inside);
+        cv_put(cg, op->results[0], cv_scalar(cg, guarded_load(cg, m, off, inside, LLVMConstNull(lty(cg, m->elem)))));
+        return;
+    }
+    int64_t rows = rt->dims[0].size, cols = rt->dims[1].size;
+    if (!shape_ok(cg, op, rows, cols))
+        return;
+    Dist *ix[8];
+    for (int i = 0; i < m->rank; i++)
+        ix[i] = as_dist(cg, op, op->operands[1 + i]);
+    Dist *d = dist_new(cg, rt->elem, rows, cols);
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef co[8], inside;
+        for (int i = 0; i < m->rank; i++)
+            co[i] = cg_cast(cg, dist_get(cg, ix[i], ps[k]), ix[i]->elem, SK_INDEX);
+        LLVMValueRef off = mem_offset(cg, m, co, &inside);
+        dist_set(cg, d, ps[k], guarded_load(cg, m, off, inside, LLVMConstNull(lty(cg, m->elem))));
+    }
+    cv_put(cg, op->results[0], cv_dist(cg, d));
+}
