@@ -3,6 +3,8 @@
  *   lexer.l, parser.y   text -> AST (ast.h), syntax errors with recovery
  *   sema.c              checks every rule of doc/dsl.md while lowering the
  *                       AST to attn IR; keeps going to report several errors
+ *                       (with sema_expr.c: expressions, sema_blocks.c: the
+ *                       blocks, sema_schedule.c: schedules; sema.h)
  *   ast.c               the -emit=ast dump
  */
 #ifndef ATTNC_FRONTEND_H
