@@ -3,7 +3,8 @@
  *
  *   tensor.c   tensors, dtype rounding (f16/bf16/f32 emulated exactly),
  *              the random inputs, comparison against a reference
- *   eval.c     op-by-op evaluation of a builtin.func
+ *   eval.c     op-by-op evaluation of a builtin.func (with eval_tensor.c,
+ *              eval_fused.c, eval_tile.c; eval.h)
  *   run.c      `attnc run`: bind dims, make inputs, run, check
  *
  * Two modes: emulated (every value rounded to its IR type, accumulators in

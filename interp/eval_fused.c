@@ -1,0 +1,264 @@
+/* eval_fused.c — the fused ops the passes make (attention, its backward,
+ * fused GEMMs), in the same arithmetic and order as the ops they replace. */
+#include "interp/eval.h"
+
+#include <string.h>
+
+/* ---- fused ops: the same arithmetic, in the same order, as the ops they
+ * replace, so that fusion keeps results bit for bit in emulation ---------- */
+
+/* A score after the hooks, as attn.score_mod and attn.mask give it: the
+ * score hook on the f32 score `x` (rounded back to acc), then -inf where the
+ * mask hides it. NULL plans: no such hook. False on a run-time error. */
+static bool hooked_score(Interp *in, Plan *score, Plan *mask, ScalarKind acc, double x, int64_t b, int64_t h,
+                         int64_t i, int64_t j, double *out) {
+    if (score) {
+        score->slots[0] = eval_round(in, SK_F32, x);
+        score->slots[1] = (double)b, score->slots[2] = (double)h;
+        score->slots[3] = (double)i, score->slots[4] = (double)j;
+        if (!run_plan(in, score, &x))
+            return false;
+        x = eval_round(in, acc, x);
+    }
+    if (mask) {
+        double keep;
+        mask->slots[0] = (double)b, mask->slots[1] = (double)h;
+        mask->slots[2] = (double)i, mask->slots[3] = (double)j;
+        if (!run_plan(in, mask, &keep))
+            return false;
+        if (keep == 0)
+            x = -INFINITY;
+    }
+    *out = x;
+    return true;
+}
+
+/* attn.attention: per (b, h, i), the score row in `acc`, the hooks, the
+ * softmax, P rounded to q's type, P·V in `acc`; lse from the masked row. */
+bool eval_attention(Interp *in, const Op *op) {
+    Tensor *q = eval_get(in, op->operands[0]), *k = eval_get(in, op->operands[1]), *v = eval_get(in, op->operands[2]);
+    Tensor *o = eval_new_result(in, op);
+    Tensor *lse = NULL;
+    if (!o)
+        return false;
+    if (op->nresults == 2) {
+        int64_t dims[MAX_RANK];
+        if (!concrete_shape(in, op->results[1]->type, dims))
+            return false;
+        lse = tensor_new(in->arena, SK_F32, 3, dims);
+    }
+    ScalarKind acc = op_attr(op, "acc")->type->elem;
+    double scale = eval_round(in, acc, op_attr(op, "scale")->f);
+    Plan score = {0}, mask = {0};
+    bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[1].nblocks > 0;
+    if ((has_score && !plan_region(in, op->regions[0].blocks[0], &score)) ||
+        (has_mask && !plan_region(in, op->regions[1].blocks[0], &mask)))
+        return false;
+    int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
+    int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
+    if (H % HK)
+        return eval_fail(in, op, "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)H,
+                    (long long)HK);
+    double *s = NEW_ARRAY(in->arena, double, NK + 1), *p = NEW_ARRAY(in->arena, double, NK + 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t kh = h / (H / HK);
+            const double *Q = q->data + (b * H + h) * NQ * D;
+            const double *K = k->data + (b * HK + kh) * NK * D, *V = v->data + (b * HK + kh) * NK * DV;
+            for (int64_t i = 0; i < NQ; i++) {
+                double m = -INFINITY;
+                for (int64_t j = 0; j < NK; j++) {
+                    double sum = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        sum = eval_round(in, acc, sum + Q[i * D + d] * K[j * D + d]);
+                    double x;
+                    if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, acc,
+                                      eval_round(in, acc, sum * scale), b, h, i, j, &x))
+                        return false;
+                    s[j] = x;
+                    m = nan_max(m, x);
+                }
+                double total = 0;
+                for (int64_t j = 0; j < NK && m != -INFINITY; j++)
+                    total += exp(s[j] - m);
+                for (int64_t j = 0; j < NK; j++)  /* softmax in acc, then P in q's type */
+                    p[j] = m == -INFINITY ? 0 : eval_round(in, q->dtype, eval_round(in, acc, exp(s[j] - m) / total));
+                if (lse) {
+                    double lm = -INFINITY, lt = 0;   /* logsumexp of the f32 scores */
+                    for (int64_t j = 0; j < NK; j++) {
+                        s[j] = eval_round(in, SK_F32, s[j]);
+                        lm = nan_max(lm, s[j]);
+                    }
+                    for (int64_t j = 0; j < NK && lm != -INFINITY; j++)
+                        lt += exp(s[j] - lm);
+                    lse->data[(b * H + h) * NQ + i] = lm == -INFINITY ? -INFINITY : eval_round(in, SK_F32, lm + log(lt));
+                }
+                double *O = o->data + ((b * H + h) * NQ + i) * DV;
+                matmul_acc(in, acc, p, V, O, 1, NK, DV);   /* O starts at 0: a new tensor */
+                for (int64_t d = 0; d < DV; d++)
+                    O[d] = eval_round(in, o->dtype, O[d]);
+            }
+        }
+    map_put(in->arena, &in->values, op->results[0], o);
+    if (lse)
+        map_put(in->arena, &in->values, op->results[1], lse);
+    return true;
+}
+
+/* attn.attention_backward: per (b, h), the unfused backward's arithmetic
+ * (passes/backward.c) in the same roundings: S in acc, P = exp(S' − lse)
+ * in f32, the products in acc rounded to f32, dS in f32 then q's type; dk
+ * and dv summed over each kv head's group exactly, rounded once. */
+bool eval_attention_backward(Interp *in, const Op *op) {
+    Tensor *q = eval_get(in, op->operands[0]), *k = eval_get(in, op->operands[1]), *v = eval_get(in, op->operands[2]);
+    Tensor *o = eval_get(in, op->operands[3]), *lse = eval_get(in, op->operands[4]), *dout = eval_get(in, op->operands[5]);
+    Tensor *dq = eval_new_result_n(in, op, 0), *dk = eval_new_result_n(in, op, 1), *dv = eval_new_result_n(in, op, 2);
+    if (!dq || !dk || !dv)
+        return false;
+    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = q->dtype, F = SK_F32;
+    double scale = eval_round(in, acc, op_attr(op, "scale")->f), scale32 = eval_round(in, F, op_attr(op, "scale")->f);
+    Plan score = {0}, grad = {0}, mask = {0};
+    bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[2].nblocks > 0;
+    if ((has_score && (!plan_region(in, op->regions[0].blocks[0], &score) ||
+                       !plan_region(in, op->regions[1].blocks[0], &grad))) ||
+        (has_mask && !plan_region(in, op->regions[2].blocks[0], &mask)))
+        return false;
+    int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
+    int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
+    if (H % HK)
+        return eval_fail(in, op, "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)H,
+                    (long long)HK);
+    int64_t G = H / HK;
+    double *P = NEW_ARRAY(in->arena, double, NQ * NK + 1), *DS = NEW_ARRAY(in->arena, double, NQ * NK + 1);
+    double *T = NEW_ARRAY(in->arena, double, NQ * NK + 1);   /* a transposed operand */
+    double *R = NEW_ARRAY(in->arena, double, (NQ > NK ? NQ : NK) * (D > DV ? D : DV) + 1);
+    double *dkx = NEW_ARRAY(in->arena, double, NK * D + 1), *dvx = NEW_ARRAY(in->arena, double, NK * DV + 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t kh = 0; kh < HK; kh++) {
+            memset(dkx, 0, sizeof(double) * (size_t)(NK * D));
+            memset(dvx, 0, sizeof(double) * (size_t)(NK * DV));
+            const double *K = k->data + (b * HK + kh) * NK * D, *V = v->data + (b * HK + kh) * NK * DV;
+            for (int64_t h = kh * G; h < kh * G + G; h++) {
+                const double *Q = q->data + (b * H + h) * NQ * D, *O = o->data + (b * H + h) * NQ * DV;
+                const double *dO = dout->data + (b * H + h) * NQ * DV, *L = lse->data + (b * H + h) * NQ;
+                for (int64_t i = 0; i < NQ; i++) {
+                    double delta = 0;
+                    for (int64_t d = 0; d < DV; d++)
+                        delta += eval_round(in, F, dO[i * DV + d] * O[i * DV + d]);
+                    delta = eval_round(in, F, delta);
+                    double lz = L[i] == -INFINITY ? 0 : L[i];
+                    for (int64_t j = 0; j < NK; j++) {
+                        double sum = 0, dp = 0;
+                        for (int64_t d = 0; d < D; d++)
+                            sum = eval_round(in, acc, sum + Q[i * D + d] * K[j * D + d]);
+                        for (int64_t d = 0; d < DV; d++)
+                            dp = eval_round(in, acc, dp + dO[i * DV + d] * V[j * DV + d]);
+                        dp = eval_round(in, F, dp);
+                        double pre = eval_round(in, acc, sum * scale), x, g = 1;
+                        if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, acc, pre, b, h,
+                                          i, j, &x))
+                            return false;
+                        if (has_score) {   /* the derivative, at the same arguments */
+                            memcpy(grad.slots, score.slots, sizeof(double) * 5);
+                            if (!run_plan(in, &grad, &g))
+                                return false;
+                            g = eval_round(in, F, g);
+                        }
+                        double p = eval_round(in, F, exp(eval_round(in, F, eval_round(in, F, x) - lz)));
+                        double ds = eval_round(in, F, p * eval_round(in, F, dp - delta));
+                        if (has_score)
+                            ds = eval_round(in, F, ds * g);
+                        P[i * NK + j] = eval_round(in, dt, p);
+                        DS[i * NK + j] = eval_round(in, dt, ds);
+                    }
+                }
+                /* dq = scale · dS @ k */
+                memset(R, 0, sizeof(double) * (size_t)(NQ * D));
+                matmul_acc(in, acc, DS, K, R, NQ, NK, D);
+                double *DQ = dq->data + (b * H + h) * NQ * D;
+                for (int64_t e = 0; e < NQ * D; e++)
+                    DQ[e] = eval_round(in, dt, eval_round(in, F, eval_round(in, F, R[e]) * scale32));
+                /* dk += dSᵀ @ q, dv += Pᵀ @ do (each head's rounded to f32) */
+                for (int64_t i = 0; i < NQ; i++)
+                    for (int64_t j = 0; j < NK; j++)
+                        T[j * NQ + i] = DS[i * NK + j];
+                memset(R, 0, sizeof(double) * (size_t)(NK * D));
+                matmul_acc(in, acc, T, Q, R, NK, NQ, D);
+                for (int64_t e = 0; e < NK * D; e++)
+                    dkx[e] += eval_round(in, F, R[e]);
+                for (int64_t i = 0; i < NQ; i++)
+                    for (int64_t j = 0; j < NK; j++)
+                        T[j * NQ + i] = P[i * NK + j];
+                memset(R, 0, sizeof(double) * (size_t)(NK * DV));
+                matmul_acc(in, acc, T, dO, R, NK, NQ, DV);
+                for (int64_t e = 0; e < NK * DV; e++)
+                    dvx[e] += eval_round(in, F, R[e]);
+            }
+            double *DK = dk->data + (b * HK + kh) * NK * D, *DVo = dv->data + (b * HK + kh) * NK * DV;
+            for (int64_t e = 0; e < NK * D; e++)
+                DK[e] = eval_round(in, dt, eval_round(in, F, eval_round(in, F, dkx[e]) * scale32));
+            for (int64_t e = 0; e < NK * DV; e++)
+                DVo[e] = eval_round(in, dt, eval_round(in, F, dvx[e]));
+        }
+    for (int i = 0; i < 3; i++)
+        map_put(in->arena, &in->values, op->results[i], i == 0 ? dq : i == 1 ? dk : dv);
+    return true;
+}
+
+/* attn.fused_gemm: each product a @ b_i (b_i a 2-D weight) as attn.matmul
+ * computes it, rounded to the region's argument type; then the region per
+ * output element. */
+bool eval_fused_gemm(Interp *in, const Op *op) {
+    Tensor *r = eval_new_result(in, op);
+    if (!r)
+        return false;
+    const Block *blk = op->regions[0].blocks[0];
+    int n = (int)op_attr(op, "num_b")->i, nextra = op->noperands - 1 - n;
+    ScalarKind acc = op_attr(op, "acc")->type->elem;
+    Tensor *a = eval_get(in, op->operands[0]);
+    int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1], N = r->dims[r->rank - 1];
+    Tensor **prod = NEW_ARRAY(in->arena, Tensor *, n);
+    for (int i = 0; i < n; i++) {
+        Tensor *b = eval_get(in, op->operands[1 + i]);
+        prod[i] = tensor_new(in->arena, blk->args[i]->type->elem, r->rank, r->dims);
+        int64_t mn = M * N, nbatch = mn > 0 ? r->size / mn : 0;
+        for (int64_t bt = 0; bt < nbatch; bt++) {   /* b is a 2-D weight: no batch */
+            const double *A = a->data + bt * M * K, *Bm = b->data;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t c = 0; c < N; c++) {
+                    double sum = 0;
+                    for (int64_t k2 = 0; k2 < K; k2++)
+                        sum = eval_round(in, acc, sum + A[m * K + k2] * Bm[k2 * N + c]);
+                    prod[i]->data[(bt * M + m) * N + c] = eval_round(in, prod[i]->dtype, sum);
+                }
+        }
+    }
+    Plan plan = {0};
+    if (!plan_region(in, blk, &plan))
+        return false;
+    int64_t strides[16][MAX_RANK], idx[MAX_RANK] = {0};
+    if (nextra > 16)
+        return eval_fail(in, op, "the interpreter takes at most 16 extra operands");
+    Tensor **extra = NEW_ARRAY(in->arena, Tensor *, nextra + 1);
+    for (int i = 0; i < nextra; i++) {
+        extra[i] = eval_get(in, op->operands[1 + n + i]);
+        broadcast_strides(extra[i], r->rank, strides[i]);
+    }
+    for (int64_t e = 0; e < r->size; e++) {
+        for (int i = 0; i < n; i++)
+            plan.slots[i] = prod[i]->data[e];
+        for (int i = 0; i < nextra; i++) {
+            int64_t off = 0;
+            for (int d = 0; d < r->rank; d++)
+                off += idx[d] * strides[i][d];
+            plan.slots[n + i] = extra[i]->data[off];
+        }
+        double x;
+        if (!run_plan(in, &plan, &x))
+            return false;
+        r->data[e] = eval_round(in, r->dtype, x);
+        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    return eval_set_result(in, op, r);
+}
