@@ -1,5 +1,5 @@
 /* manifest.h — what the code generator (codegen/codegen.c, which writes the
- * manifest beside the PTX) and libattnrt (runtime/attnrt.c, which reads it)
+ * manifest beside the PTX) and libattnrt (runtime/manifest.c, which reads it)
  * must agree on: the manifest's version and the limits the runtime holds
  * (doc/runtime.md describes the format). */
 #ifndef ATTNC_MANIFEST_H

@@ -1,0 +1,152 @@
+/* grid.c — the manifest's expressions over the dims: a small
+ * recursive-descent evaluator (integers, + - * // %, comparisons, && ||)
+ * for kernel grids, asserts and the conditions that choose a kernel. */
+#include "runtime/rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- grids: the manifest's expressions over the dims ------------------------------- */
+
+typedef struct Expr {
+    const char *p;
+    Binding *bd;
+    bool bad;
+} Expr;
+
+static int64_t expr_sum(Expr *e);
+static int64_t expr_logic(Expr *e);
+
+static int64_t expr_atom(Expr *e) {
+    const char *p = e->p;
+    if (*p == '(') {
+        e->p++;
+        int64_t v = expr_logic(e);
+        if (*e->p != ')')
+            e->bad = true;
+        else
+            e->p++;
+        return v;
+    }
+    if (*p >= '0' && *p <= '9') {
+        char *end;
+        int64_t v = strtoll(p, &end, 10);
+        e->p = end;
+        return v;
+    }
+    char name[MAX_NAME];
+    int n = 0;
+    while ((p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+            (p[n] >= '0' && p[n] <= '9')) && n < MAX_NAME - 1)
+        n++;
+    if (n == 0) {
+        e->bad = true;
+        return 0;
+    }
+    memcpy(name, p, (size_t)n);
+    name[n] = 0;
+    e->p = p + n;
+    if ((strcmp(name, "min") == 0 || strcmp(name, "max") == 0) && *e->p == '(') {
+        e->p++;
+        int64_t x = expr_sum(e);
+        if (*e->p++ != ',')
+            e->bad = true;
+        int64_t y = expr_sum(e);
+        if (*e->p++ != ')')
+            e->bad = true;
+        return name[1] == 'i' ? (x < y ? x : y) : (x > y ? x : y);
+    }
+    int64_t *v = binding_lookup(e->bd, name);
+    if (!v)
+        e->bad = true;
+    return v ? *v : 0;
+}
+
+static int64_t floordiv(int64_t x, int64_t y) {
+    int64_t q = x / y;
+    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
+}
+
+static int64_t expr_prod(Expr *e) {
+    int64_t v = expr_atom(e);
+    while (*e->p == '*' || *e->p == '/' || *e->p == '%') {
+        char op = *e->p++;
+        int64_t r = expr_atom(e);
+        if (op == '*')
+            v *= r;
+        else if (r == 0)
+            e->bad = true;
+        else
+            v = op == '/' ? floordiv(v, r) : v - floordiv(v, r) * r;
+    }
+    return v;
+}
+
+static int64_t expr_sum(Expr *e) {
+    int64_t v = expr_prod(e);
+    while (*e->p == '+' || *e->p == '-') {
+        char op = *e->p++;
+        int64_t r = expr_prod(e);
+        v = op == '+' ? v + r : v - r;
+    }
+    return v;
+}
+
+/* Comparisons give 1 or 0; && and || combine them (no short cut needed:
+ * the operands are pure). */
+static int64_t expr_cmp(Expr *e) {
+    int64_t v = expr_sum(e);
+    static const char *ops[] = {"==", "!=", "<=", ">=", "<", ">"};
+    for (int i = 0; i < 6; i++)
+        if (strncmp(e->p, ops[i], strlen(ops[i])) == 0) {
+            e->p += strlen(ops[i]);
+            int64_t r = expr_sum(e);
+            switch (i) {
+            case 0: return v == r;
+            case 1: return v != r;
+            case 2: return v <= r;
+            case 3: return v >= r;
+            case 4: return v < r;
+            default: return v > r;
+            }
+        }
+    return v;
+}
+
+static int64_t expr_logic(Expr *e) {
+    int64_t v = expr_cmp(e);
+    while (strncmp(e->p, "&&", 2) == 0 || strncmp(e->p, "||", 2) == 0) {
+        bool and = e->p[0] == '&';
+        e->p += 2;
+        int64_t r = expr_cmp(e);
+        v = and ? (v && r) : (v || r);
+    }
+    return v;
+}
+
+/* A condition of the dims (an assert's, a kernel's when=) into *holds;
+ * false: the text is not an expression. */
+bool eval_condition(const char *text, Binding *bd, int64_t *holds) {
+    Expr e = {text, bd, false};
+    *holds = expr_logic(&e);
+    return !e.bad && !*e.p;
+}
+
+int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
+    for (int g = 0; g < 3; g++) {
+        Expr e = {k->grid[g], bd, false};
+        grid[g] = expr_sum(&e);
+        if (e.bad || *e.p)
+            return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
+                        k->grid[g]);
+        /* y over 65,535 (B·H of a decode batch): launched in slices, below */
+        int64_t most = g == 0 || (g == 1 && k->ysplit) ? 2147483647LL : 65535;
+        if (grid[g] < 0 || grid[g] > most)
+            return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
+                        b->name, k->name, (long long)grid[g], k->grid[g]);
+    }
+    return ATTNRT_OK;
+}
+
+/* A declared dim's value under the binding (which check_all made complete). */
+int64_t dim_value(Binding *bd, const Dim *d) { return d->sym[0] ? *binding_lookup(bd, d->sym) : d->size; }
