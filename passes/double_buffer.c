@@ -190,6 +190,174 @@ static bool only_products(const Block *body) {
     return true;
 }
 
+/* What the steps of pipeline_loop share: the loop and its S-stage
+ * pipeline of n loads (their buffers, the tokens of the copies in flight
+ * before the loop, toks, and in its body, targ: S - 1 per load). */
+typedef struct Pipeline {
+    Arena *a;
+    Op *loop, *nl;      /* the loop, and the one that replaces it */
+    Block *body;
+    Value *iv, *lb, *step, *iv_base;
+    PtrVec loads;
+    int n, ncarried;
+    int64_t S;
+    Value **bufs, **toks, **targ;
+} Pipeline;
+
+/* The buffers and the copies issued before the loop (its first S - 1
+ * iterations' tiles), hoisted above what they need not wait for; or, for
+ * the next segment of a chain, the chain's buffers and copies in flight. */
+static void prologue(Pipeline *pl, Chain *chain, bool continues) {
+    Arena *a = pl->a;
+    int n = pl->n;
+    int64_t S = pl->S;
+    Builder pre = {a, NULL, pl->loop, pl->loop->loc};
+    Op *before_prologue = pl->loop->prev;
+    pl->bufs = NEW_ARRAY(a, Value *, n);
+    pl->toks = NEW_ARRAY(a, Value *, n * (S - 1));
+    if (continues) {
+        pl->iv_base = chain->iv_base;
+        memcpy(pl->bufs, chain->bufs, sizeof(Value *) * (size_t)n);
+        for (int i = 0; i < n * (S - 1); i++)
+            pl->toks[i] = chain->loop->results[chain->ncarried + i];
+        return;
+    }
+    for (int c = 0; c < n; c++) {
+        Op *ld = pl->loads.items[c];
+        const Type *t = ld->results[0]->type;
+        Dim *dims = NEW_ARRAY(a, Dim, t->rank + 1);
+        dims[0] = (Dim){NULL, S};
+        memcpy(dims + 1, t->dims, sizeof(Dim) * (size_t)t->rank);
+        Type *bt = type_shaped(a, TY_MEMREF, t->elem, t->rank + 1, dims);
+        bt->space = AS_SHARED;
+        pl->bufs[c] = b_emit(&pre, OP_ALLOC, bt, 0, NULL);
+        pl->toks[c * (S - 1)] = copy(&pre, ld, pl->bufs[c], b_index(&pre, 0), pl->iv, pl->lb);
+    }
+    /* the later stages stage by stage, as the loop issues them: a wait then
+     * leaves as many younger copies in flight in the first iteration as in
+     * the others (nv.pending takes the fewer; tensor by tensor, the first
+     * iteration's last tile had only its own later stages after it, and a
+     * GEMM's combined wait at 3 stages waited for the next K step too) */
+    for (int s = 1; s < S - 1; s++) {
+        Value *at = b_bin(&pre, OP_ADD, pl->lb, b_bin(&pre, OP_MUL, pl->step, b_index(&pre, s)));
+        for (int c = 0; c < n; c++)
+            pl->toks[c * (S - 1) + s] = copy(&pre, pl->loads.items[c], pl->bufs[c], b_index(&pre, s), pl->iv, at);
+    }
+    hoist_prologue(before_prologue ? before_prologue->next : pl->loop->parent->first, pl->loop);
+}
+
+/* The new loop, carrying the tokens of the copies in flight (its body the
+ * old loop's, with a block argument per token). */
+static void carry_tokens(Pipeline *pl) {
+    Arena *a = pl->a;
+    Op *loop = pl->loop;
+    int nt = pl->n * (int)(pl->S - 1);
+    Value **ops = NEW_ARRAY(a, Value *, loop->noperands + nt);
+    memcpy(ops, loop->operands, sizeof(Value *) * (size_t)loop->noperands);
+    memcpy(ops + loop->noperands, pl->toks, sizeof(Value *) * (size_t)nt);
+    Type **types = NEW_ARRAY(a, Type *, pl->ncarried + nt + 1);
+    for (int i = 0; i < pl->ncarried; i++)
+        types[i] = loop->results[i]->type;
+    for (int i = 0; i < nt; i++)
+        types[pl->ncarried + i] = pl->toks[i]->type;
+    Op *nl = pl->nl = op_create(a, OP_FOR, loop->noperands + nt, ops, pl->ncarried + nt, types, 1);
+    nl->loc = loop->loc;
+    nl->attrs = loop->attrs;
+    nl->nattrs = loop->nattrs;
+    op_insert_before(loop, nl);
+    region_take(&nl->regions[0], &loop->regions[0]);
+    pl->targ = NEW_ARRAY(a, Value *, nt);
+    for (int i = 0; i < nt; i++)
+        pl->targ[i] = block_add_arg(a, pl->body, pl->toks[i]->type, NULL);
+}
+
+/* Each load waits for its stage and reads it from its buffer; returns the
+ * first wait (NULL for the twin without waits). */
+static Op *read_stages(Pipeline *pl, Mistake mistake, Value *stage, Value *next_stage) {
+    Arena *a = pl->a;
+    Op *first_wait = NULL;
+    for (int c = 0; c < pl->n; c++) {
+        Op *ld = pl->loads.items[c];
+        Builder at = {a, NULL, ld, ld->loc};
+        if (mistake != NO_WAIT) {
+            b_emit(&at, OP_WAIT, NULL, 1, &pl->targ[c * (pl->S - 1)]);
+            if (!first_wait)
+                first_wait = ld->prev;
+        }
+        /* the load now reads its stage of the buffer */
+        int rank = ld->results[0]->type->rank;
+        Value **lops = NEW_ARRAY(a, Value *, rank + 2);
+        lops[0] = pl->bufs[c];
+        lops[1] = mistake == WRONG_STAGE ? next_stage : stage;
+        Attr **dims = NEW_ARRAY(a, Attr *, rank);
+        for (int i = 0; i < rank; i++) {
+            lops[2 + i] = b_index(&at, 0);
+            dims[i] = attr_int(a, 1 + i);
+        }
+        Value *nv = b_emit(&at, OP_LOAD, ld->results[0]->type, rank + 2, lops);
+        op_set_attr(a, nv->def, "dims", attr_array(a, rank, dims));
+        replace_all_uses(pl->nl, ld->results[0], nv);
+        op_unlink(ld);
+    }
+    return first_wait;
+}
+
+/* In a loop that only multiplies tiles (a GEMM's K loop) all of its
+ * waits move up to the first: the tiles of an iteration were issued
+ * together and land together, and one barrier a K step then makes them
+ * all visible, where a wait before each product took one barrier each
+ * (CUTLASS's multistage loop waits once a K step too). Not where other
+ * work comes between the products, as the softmax between attention's
+ * Q·Kᵀ and P·V, which a later wait overlaps with V's copy. Only where
+ * waits end in barriers (target.h gemm_waits_together: cp.async; sm_70's
+ * waits store its prefetched registers, sm_90a's TMA waits are
+ * mbarriers, and its MLP ran 4-5 % slower so, bench/results/2026-12-03-h200/NOTES.md).
+ * Returns the last wait. */
+static Op *waits_at_first(Block *body, Op *first_wait) {
+    Op *last_wait = first_wait;
+    for (Op *op = first_wait->next, *next; op; op = next) {
+        next = op->next;
+        if (op->kind != OP_WAIT)
+            continue;
+        op_unlink(op);
+        op_insert_before(last_wait->next, op);
+        last_wait = op;
+    }
+    return last_wait;
+}
+
+/* The yield: the carried values, then the tokens rotated (the copies
+ * issued this iteration, fresh, go last). */
+static void rotate_yield(Pipeline *pl, Value **fresh) {
+    Op *y = pl->body->last;
+    int ncarried = pl->ncarried;
+    int64_t S = pl->S;
+    Value **yops = NEW_ARRAY(pl->a, Value *, ncarried + pl->n * (S - 1));
+    memcpy(yops, y->operands, sizeof(Value *) * (size_t)ncarried);
+    for (int c = 0; c < pl->n; c++) {
+        for (int s = 0; s < S - 2; s++)
+            yops[ncarried + c * (S - 1) + s] = pl->targ[c * (S - 1) + s + 1];
+        yops[ncarried + c * (S - 1) + S - 2] = fresh[c];
+    }
+    Op *ny = op_create(pl->a, OP_TILE_YIELD, ncarried + pl->n * (int)(S - 1), yops, 0, NULL, 0);
+    ny->loc = y->loc;
+    op_insert_before(y, ny);
+    op_unlink(y);
+}
+
+/* The old loop's results are the new one's. They are used inside its
+ * launch only (launches are isolated): walking the whole module per loop
+ * made the pass quadratic in the number of blocks. */
+static void replace_loop(Pipeline *pl) {
+    Op *root = pl->loop;
+    while (!(op_info[root->kind].flags & OPF_ISOLATED) && root->parent && root->parent->parent &&
+           root->parent->parent->parent)
+        root = root->parent->parent->parent;
+    for (int i = 0; i < pl->ncarried; i++)
+        replace_all_uses(root, pl->loop->results[i], pl->nl->results[i]);
+    op_unlink(pl->loop);
+}
+
 static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool async,
                           bool waits_together) {
     Block *body = loop->regions[0].blocks[0];
@@ -201,9 +369,8 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     if (!loads.len)
         return;
     Arena *a = ctx->arena;
-    int n = loads.len, ncarried = loop->noperands - 3;
-    Builder pre = {a, NULL, loop, loop->loc};
-    Value *lb = loop->operands[0], *step = loop->operands[2], *iv_base = lb;
+    Pipeline pl = {a, loop, NULL, body, iv, loop->operands[0], loop->operands[2], loop->operands[0], loads,
+                   loads.len, loop->noperands - 3, S, NULL, NULL, NULL};
     /* The next segment of a chain takes over the buffers and the copies in
      * flight of the segment before: that one's last iterations already
      * fetched this one's first tiles (at its index + step·(S - 1)), so the
@@ -211,145 +378,35 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
      * (a bubble of one load per segment, a tenth of a short causal row).
      * Its stages keep counting from the chain's start. Only where copies in
      * flight hold no registers (target.h async_copies). */
-    bool continues = async && chain->loop && chain->ub == lb && same_value(chain->step, step) &&
+    bool continues = async && chain->loop && chain->ub == pl.lb && same_value(chain->step, pl.step) &&
                      same_loads(&chain->loads, chain->loop->regions[0].blocks[0]->args[0], &loads, iv);
     if (!continues)
         end_chain(ctx, chain, async);
-    Op *before_prologue = loop->prev;
-    Value **bufs = NEW_ARRAY(a, Value *, n);
-    Value **toks = NEW_ARRAY(a, Value *, n * (S - 1));
-    if (continues) {
-        iv_base = chain->iv_base;
-        memcpy(bufs, chain->bufs, sizeof(Value *) * (size_t)n);
-        for (int i = 0; i < n * (S - 1); i++)
-            toks[i] = chain->loop->results[chain->ncarried + i];
-    }
-    for (int c = 0; c < n && !continues; c++) {
-        Op *ld = loads.items[c];
-        const Type *t = ld->results[0]->type;
-        Dim *dims = NEW_ARRAY(a, Dim, t->rank + 1);
-        dims[0] = (Dim){NULL, S};
-        memcpy(dims + 1, t->dims, sizeof(Dim) * (size_t)t->rank);
-        Type *bt = type_shaped(a, TY_MEMREF, t->elem, t->rank + 1, dims);
-        bt->space = AS_SHARED;
-        bufs[c] = b_emit(&pre, OP_ALLOC, bt, 0, NULL);
-        toks[c * (S - 1)] = copy(&pre, ld, bufs[c], b_index(&pre, 0), iv, lb);
-    }
-    /* the later stages stage by stage, as the loop issues them: a wait then
-     * leaves as many younger copies in flight in the first iteration as in
-     * the others (nv.pending takes the fewer; tensor by tensor, the first
-     * iteration's last tile had only its own later stages after it, and a
-     * GEMM's combined wait at 3 stages waited for the next K step too) */
-    for (int s = 1; s < S - 1 && !continues; s++) {
-        Value *at = b_bin(&pre, OP_ADD, lb, b_bin(&pre, OP_MUL, step, b_index(&pre, s)));
-        for (int c = 0; c < n; c++)
-            toks[c * (S - 1) + s] = copy(&pre, loads.items[c], bufs[c], b_index(&pre, s), iv, at);
-    }
-    if (!continues)
-        hoist_prologue(before_prologue ? before_prologue->next : loop->parent->first, loop);
-    /* the loop, carrying the tokens of the copies in flight */
-    Value **ops = NEW_ARRAY(a, Value *, loop->noperands + n * (S - 1));
-    memcpy(ops, loop->operands, sizeof(Value *) * (size_t)loop->noperands);
-    memcpy(ops + loop->noperands, toks, sizeof(Value *) * (size_t)(n * (S - 1)));
-    Type **types = NEW_ARRAY(a, Type *, ncarried + n * (S - 1) + 1);
-    for (int i = 0; i < ncarried; i++)
-        types[i] = loop->results[i]->type;
-    for (int i = 0; i < n * (S - 1); i++)
-        types[ncarried + i] = toks[i]->type;
-    Op *nl = op_create(a, OP_FOR, loop->noperands + n * (S - 1), ops, ncarried + n * (S - 1), types, 1);
-    nl->loc = loop->loc;
-    nl->attrs = loop->attrs;
-    nl->nattrs = loop->nattrs;
-    op_insert_before(loop, nl);
-    region_take(&nl->regions[0], &loop->regions[0]);
-    Value **targ = NEW_ARRAY(a, Value *, n * (S - 1));
-    for (int i = 0; i < n * (S - 1); i++)
-        targ[i] = block_add_arg(a, body, toks[i]->type, NULL);
+    prologue(&pl, chain, continues);
+    carry_tokens(&pl);
     /* each iteration waits for its stages and issues it + S - 1 right after
      * its first wait: every thread is then past the iteration that last read
      * the stage being refilled (it - 1), so the GPU lowering needs no
      * barrier of its own before the copies */
     Builder top = {a, NULL, body->first, loop->loc};
-    Value *it = b_bin(&top, OP_FLOORDIV, b_bin(&top, OP_SUB, iv, iv_base), step);
+    Value *it = b_bin(&top, OP_FLOORDIV, b_bin(&top, OP_SUB, iv, pl.iv_base), pl.step);
     Value *stage = b_bin(&top, OP_REM, it, b_index(&top, S));
     Value *next_stage = b_bin(&top, OP_REM, b_bin(&top, OP_ADD, it, b_index(&top, S - 1)), b_index(&top, S));
-    Value *ahead = b_bin(&top, OP_ADD, iv, b_bin(&top, OP_MUL, step, b_index(&top, S - 1)));
-    Op *first_wait = NULL;
-    for (int c = 0; c < n; c++) {
-        Op *ld = loads.items[c];
-        Builder at = {a, NULL, ld, ld->loc};
-        if (mistake != NO_WAIT) {
-            b_emit(&at, OP_WAIT, NULL, 1, &targ[c * (S - 1)]);
-            if (!first_wait)
-                first_wait = ld->prev;
-        }
-        /* the load now reads its stage of the buffer */
-        int rank = ld->results[0]->type->rank;
-        Value **lops = NEW_ARRAY(a, Value *, rank + 2);
-        lops[0] = bufs[c];
-        lops[1] = mistake == WRONG_STAGE ? next_stage : stage;
-        Attr **dims = NEW_ARRAY(a, Attr *, rank);
-        for (int i = 0; i < rank; i++) {
-            lops[2 + i] = b_index(&at, 0);
-            dims[i] = attr_int(a, 1 + i);
-        }
-        Value *nv = b_emit(&at, OP_LOAD, ld->results[0]->type, rank + 2, lops);
-        op_set_attr(a, nv->def, "dims", attr_array(a, rank, dims));
-        replace_all_uses(nl, ld->results[0], nv);
-        op_unlink(ld);
-    }
-    /* In a loop that only multiplies tiles (a GEMM's K loop) all of its
-     * waits move up to the first: the tiles of an iteration were issued
-     * together and land together, and one barrier a K step then makes them
-     * all visible, where a wait before each product took one barrier each
-     * (CUTLASS's multistage loop waits once a K step too). Not where other
-     * work comes between the products, as the softmax between attention's
-     * Q·Kᵀ and P·V, which a later wait overlaps with V's copy. Only where
-     * waits end in barriers (target.h gemm_waits_together: cp.async; sm_70's
-     * waits store its prefetched registers, sm_90a's TMA waits are
-     * mbarriers, and its MLP ran 4-5 % slower so, bench/results/2026-12-03-h200/NOTES.md). */
-    Op *last_wait = first_wait;
-    if (waits_together && first_wait && only_products(body))
-        for (Op *op = first_wait->next, *next; op; op = next) {
-            next = op->next;
-            if (op->kind != OP_WAIT)
-                continue;
-            op_unlink(op);
-            op_insert_before(last_wait->next, op);
-            last_wait = op;
-        }
+    Value *ahead = b_bin(&top, OP_ADD, iv, b_bin(&top, OP_MUL, pl.step, b_index(&top, S - 1)));
+    Op *first_wait = read_stages(&pl, mistake, stage, next_stage);
+    Op *last_wait = waits_together && first_wait && only_products(body) ? waits_at_first(body, first_wait)
+                                                                        : first_wait;
     /* (without waits, the broken twin: where the top's index math ends) */
     Builder issue = {a, NULL, last_wait ? last_wait->next : ahead->def->next, loop->loc};
-    Value **fresh = NEW_ARRAY(a, Value *, n);
-    for (int c = 0; c < n; c++)
-        fresh[c] = copy(&issue, loads.items[c], bufs[c], next_stage, iv, ahead);
-    /* yield: the carried values, then the tokens rotated */
-    Op *y = body->last;
-    Value **yops = NEW_ARRAY(a, Value *, ncarried + n * (S - 1));
-    memcpy(yops, y->operands, sizeof(Value *) * (size_t)ncarried);
-    for (int c = 0; c < n; c++) {
-        for (int s = 0; s < S - 2; s++)
-            yops[ncarried + c * (S - 1) + s] = targ[c * (S - 1) + s + 1];
-        yops[ncarried + c * (S - 1) + S - 2] = fresh[c];
-    }
-    Op *ny = op_create(a, OP_TILE_YIELD, ncarried + n * (S - 1), yops, 0, NULL, 0);
-    ny->loc = y->loc;
-    op_insert_before(y, ny);
-    op_unlink(y);
-    /* the loop's results are used inside its launch only (launches are
-     * isolated): walking the whole module per loop made the pass quadratic
-     * in the number of blocks */
-    Op *root = loop;
-    while (!(op_info[root->kind].flags & OPF_ISOLATED) && root->parent && root->parent->parent &&
-           root->parent->parent->parent)
-        root = root->parent->parent->parent;
-    for (int i = 0; i < ncarried; i++)
-        replace_all_uses(root, loop->results[i], nl->results[i]);
-    op_unlink(loop);
-    Op **fresh_ops = NEW_ARRAY(a, Op *, n);
-    for (int c = 0; c < n; c++)
+    Value **fresh = NEW_ARRAY(a, Value *, pl.n);
+    for (int c = 0; c < pl.n; c++)
+        fresh[c] = copy(&issue, loads.items[c], pl.bufs[c], next_stage, iv, ahead);
+    rotate_yield(&pl, fresh);
+    replace_loop(&pl);
+    Op **fresh_ops = NEW_ARRAY(a, Op *, pl.n);
+    for (int c = 0; c < pl.n; c++)
         fresh_ops[c] = fresh[c]->def;
-    *chain = (Chain){nl, iv_base, nl->operands[1], step, loads, bufs, ncarried, fresh_ops, ahead};
+    *chain = (Chain){pl.nl, pl.iv_base, pl.nl->operands[1], pl.step, loads, pl.bufs, pl.ncarried, fresh_ops, ahead};
 }
 
 static int64_t stages_for(const Op *func, const char *arch) {

@@ -176,28 +176,18 @@ static void query_tile_index(Builder *b, Value **args, Dim Hq, int64_t BM, Value
     idx[0] = bi, idx[1] = h, idx[2] = b_bin(b, OP_MUL, args[0], b_index(b, BM)), idx[3] = zero;
 }
 
-bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
-    bool deterministic = schedule_directive(func, ctx->arch, SCHED_DETERMINISTIC) != NULL;
-    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
-    if (qt->dims[3].sym || vt->dims[3].sym)
-        return true;   /* symbolic head dims: the frontend never makes these */
-    Arena *a = ctx->arena;
-    const int64_t BM = 64, BN = 64, D = qt->dims[3].size, DV = vt->dims[3].size;
-    ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
-    double scale = op_attr(op, "scale")->f;
-    Dim Bd = qt->dims[0], Hq = qt->dims[1], Hk = kt->dims[1], Nq = qt->dims[2], Nk = kt->dims[2];
-    Builder outer = {a, NULL, NULL, op->loc};
-    Block tmp = {0};
-    outer.blk = &tmp;
-    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1}, col_vec[2] = {-1, 2};
+/* preprocess: D = rowsum(dO ∘ O), a query tile a block (grid qgrid). */
+static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_t BM) {
+    Arena *a = outer->a;
+    const Type *qt = op->operands[0]->type, *vt = op->operands[2]->type;
+    const int64_t DV = vt->dims[3].size;
+    ScalarKind dt = qt->elem, F = SK_F32;
+    Dim Bd = qt->dims[0], Hq = qt->dims[1], Nq = qt->dims[2];
+    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1};
     Value **args;
-
-    /* preprocess: D = rowsum(do ∘ o) */
     Value *pre_in[2] = {op->operands[3], op->operands[5]};
     Type *delta_t = type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, Nq});
-    Value *qgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nq), BM), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hq)),
-                       b_index(&outer, 1)};
-    Op *pre = make_launch(&outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
+    Op *pre = make_launch(outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
     {
         Builder b = {a, pre->regions[0].blocks[0], NULL, op->loc};
         Value *idx[4];
@@ -208,23 +198,35 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         t_store(&b, args[5], d, idx, row_vec);
         t_yield(&b, 0, NULL);
     }
-    block_append(&tmp, pre);
+    return pre;
+}
 
-    /* main: dK, dV per key tile; dQ accumulated */
-    PtrVec side = {0};
-    collect_side_tensors(op, a, &side);
-    int nin = 6 + side.len;
+/* main: dK and dV per key tile (a block per key tile and kv head, over the
+ * group's query heads and their query tiles); dQ accumulated into an f32
+ * tensor by atomics, or (deterministic) left to dq_kernel. */
+static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
+                           int64_t BN) {
+    Arena *a = outer->a;
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
+    ScalarKind dt = qt->elem, F = SK_F32;
+    Dim Bd = qt->dims[0], Hq = qt->dims[1], Hk = kt->dims[1], Nq = qt->dims[2], Nk = kt->dims[2];
+    const int rows_cols[2] = {2, 3}, col_vec[2] = {-1, 2};
+    Value **args;
+    ScalarKind acc = op_attr(op, "acc")->type->elem;
+    double scale = op_attr(op, "scale")->f;
+    int nin = 6 + side->len;
     Value **inputs = NEW_ARRAY(a, Value *, nin);
     Value *main_in[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5],
                          pre->results[0]};
     memcpy(inputs, main_in, sizeof main_in);
-    for (int i = 0; i < side.len; i++)
-        inputs[6 + i] = side.items[i];
+    for (int i = 0; i < side->len; i++)
+        inputs[6 + i] = side->items[i];
     Type *main_t[3] = {(Type *)kt, (Type *)vt, tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
     int nmain = deterministic ? 2 : 3;   /* dk, dv [, the dQ accumulator] */
-    Value *kgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nk), BN), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hk)),
-                       b_index(&outer, 1)};
-    Op *mainl = make_launch(&outer, op->loc, kgrid, nin, inputs, nmain, main_t,
+    Value *kgrid[3] = {b_ceildiv(outer, b_dim(outer, Nk), BN), b_bin(outer, OP_MUL, b_dim(outer, Bd), b_dim(outer, Hk)),
+                       b_index(outer, 1)};
+    Op *mainl = make_launch(outer, op->loc, kgrid, nin, inputs, nmain, main_t,
                             (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"}, &args);
     if (!deterministic)
         op_set_attr(a, mainl, "zeroed", attr_array(a, 1, (Attr *[]){attr_int(a, 2)}));
@@ -234,8 +236,8 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         Value *DK = args[3 + nin], *DV_ = args[4 + nin], *DQ = deterministic ? NULL : args[5 + nin];
         Map memrefs;
         map_init(&memrefs, false);
-        for (int i = 0; i < side.len; i++)
-            map_put(a, &memrefs, side.items[i], args[9 + i]);
+        for (int i = 0; i < side->len; i++)
+            map_put(a, &memrefs, side->items[i], args[9 + i]);
         Value *HK = b_dim(&b, Hk), *G = b_bin(&b, OP_FLOORDIV, b_dim(&b, Hq), HK), *zero = b_index(&b, 0);
         Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HK), *kh = b_bin(&b, OP_REM, args[1], HK);
         Value *j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
@@ -306,22 +308,23 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         t_store(&b, DV_, b_cast(&b, b_cast(&b, gl->results[1], F), dt), ki, rows_cols);
         t_yield(&b, 0, NULL);
     }
-    block_append(&tmp, mainl);
-    Op *post;
-    if (deterministic) {
-        /* 16-bit Q and dO tiles, and K and V tiles per key segment (up to
-         * three loops): 32 keys where 64 would not fit (sm_70 at head dim 128) */
-        int64_t smem = 2 * (BM * (D + DV) + 3 * BN * (D + DV));
-        int64_t dq_bn = smem > target_lookup(ctx->arch)->smem_limit ? BN / 2 : BN;
-        post = dq_kernel(ctx, &outer, op, qgrid, pre->results[0], &side, BM, dq_bn);
-        block_append(&tmp, post);
-        goto placed;
-    }
+    return mainl;
+}
 
-    /* postprocess: dq = scale · dQacc */
+/* postprocess: dQ = scale · dQacc, a query tile a block. */
+static Op *postprocess_kernel(Builder *outer, const Op *op, Op *mainl, Value **qgrid, int64_t BM) {
+    Arena *a = outer->a;
+    const Type *qt = op->operands[0]->type;
+    const int64_t D = qt->dims[3].size;
+    ScalarKind dt = qt->elem, F = SK_F32;
+    Dim Hq = qt->dims[1];
+    double scale = op_attr(op, "scale")->f;
+    const int rows_cols[2] = {2, 3};
+    Value **args;
+    Op *post;
     Value *post_in[1] = {mainl->results[2]};
     Type *dq_t = (Type *)qt;
-    post = make_launch(&outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
+    post = make_launch(outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
     {
         Builder b = {a, post->regions[0].blocks[0], NULL, op->loc};
         Value *idx[4];
@@ -330,8 +333,39 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         t_store(&b, args[4], b_cast(&b, b_bin(&b, OP_MUL, x, b_float(&b, F, scale)), dt), idx, rows_cols);
         t_yield(&b, 0, NULL);
     }
+    return post;
+}
+
+bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
+    bool deterministic = schedule_directive(func, ctx->arch, SCHED_DETERMINISTIC) != NULL;
+    const Type *qt = op->operands[0]->type, *vt = op->operands[2]->type;
+    if (qt->dims[3].sym || vt->dims[3].sym)
+        return true;   /* symbolic head dims: the frontend never makes these */
+    Arena *a = ctx->arena;
+    const int64_t BM = 64, BN = 64, D = qt->dims[3].size, DV = vt->dims[3].size;
+    Dim Bd = qt->dims[0], Hq = qt->dims[1], Nq = qt->dims[2];
+    Builder outer = {a, NULL, NULL, op->loc};
+    Block tmp = {0};
+    outer.blk = &tmp;
+    Value *qgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nq), BM), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hq)),
+                       b_index(&outer, 1)};
+    Op *pre = preprocess_kernel(&outer, op, qgrid, BM);
+    block_append(&tmp, pre);
+    PtrVec side = {0};
+    collect_side_tensors(op, a, &side);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN);
+    block_append(&tmp, mainl);
+    Op *post;
+    if (deterministic) {
+        /* 16-bit Q and dO tiles, and K and V tiles per key segment (up to
+         * three loops): 32 keys where 64 would not fit (sm_70 at head dim 128) */
+        int64_t smem = 2 * (BM * (D + DV) + 3 * BN * (D + DV));
+        int64_t dq_bn = smem > target_lookup(ctx->arch)->smem_limit ? BN / 2 : BN;
+        post = dq_kernel(ctx, &outer, op, qgrid, pre->results[0], &side, BM, dq_bn);
+    } else {
+        post = postprocess_kernel(&outer, op, mainl, qgrid, BM);
+    }
     block_append(&tmp, post);
-placed:
     replace_with(ctx, op, &tmp, (Value *[]){post->results[0], mainl->results[0], mainl->results[1]});
     return true;
 }
