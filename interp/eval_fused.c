@@ -7,11 +7,49 @@
 /* ---- fused ops: the same arithmetic, in the same order, as the ops they
  * replace, so that fusion keeps results bit for bit in emulation ---------- */
 
+/* mask-analysis's band on an attention op: the keys j a query row i may
+ * see, lo(i) <= j <= hi(i), each bound c + ci·i + Σ coef·dim. The pass
+ * guarantees that the mask keeps no key outside it, so the interpreter
+ * hides those keys too: a band that is too tight (the twin
+ * test-mask-analysis-shrink) then changes the result on its own, before
+ * tiling skips the key tiles it rules out. */
+typedef struct Band {
+    bool has_lo, has_hi;
+    int64_t lo_c, lo_i, hi_c, hi_i;   /* the dims folded into c */
+} Band;
+
+static bool band_bound(Interp *in, const Op *op, const Attr *b, int64_t *c, int64_t *ci) {
+    Attr *cc = attrs_get(b->entries, b->n, "c"), *ii = attrs_get(b->entries, b->n, "i");
+    Attr *dims = attrs_get(b->entries, b->n, "dims");
+    if (!cc || !ii || !dims)
+        return eval_fail(in, op, "band bound without c, i and dims");
+    *c = cc->i, *ci = ii->i;
+    for (int d = 0; d < dims->n; d++) {
+        int64_t v = (int64_t)(intptr_t)map_get(&in->bind->dims, dims->entries[d].name);
+        if (v <= 0)
+            return eval_fail(in, op, "dimension '%s' is not bound", dims->entries[d].name);
+        *c += dims->entries[d].value->i * v;
+    }
+    return true;
+}
+
+static bool read_band(Interp *in, const Op *op, Band *band) {
+    *band = (Band){0};
+    Attr *b = op_attr(op, "band");
+    Attr *lo = b ? attrs_get(b->entries, b->n, "lo") : NULL, *hi = b ? attrs_get(b->entries, b->n, "hi") : NULL;
+    if (lo && !(band->has_lo = band_bound(in, op, lo, &band->lo_c, &band->lo_i)))
+        return false;
+    if (hi && !(band->has_hi = band_bound(in, op, hi, &band->hi_c, &band->hi_i)))
+        return false;
+    return true;
+}
+
 /* A score after the hooks, as attn.score_mod and attn.mask give it: the
  * score hook on the f32 score `x` (rounded back to acc), then -inf where the
- * mask hides it. NULL plans: no such hook. False on a run-time error. */
-static bool hooked_score(Interp *in, Plan *score, Plan *mask, ScalarKind acc, double x, int64_t b, int64_t h,
-                         int64_t i, int64_t j, double *out) {
+ * mask or the band hides it. NULL plans: no such hook. False on a run-time
+ * error. */
+static bool hooked_score(Interp *in, Plan *score, Plan *mask, const Band *band, ScalarKind acc, double x, int64_t b,
+                         int64_t h, int64_t i, int64_t j, double *out) {
     if (score) {
         score->slots[0] = eval_round(in, SK_F32, x);
         score->slots[1] = (double)b, score->slots[2] = (double)h;
@@ -29,6 +67,8 @@ static bool hooked_score(Interp *in, Plan *score, Plan *mask, ScalarKind acc, do
         if (keep == 0)
             x = -INFINITY;
     }
+    if ((band->has_lo && j < band->lo_c + band->lo_i * i) || (band->has_hi && j > band->hi_c + band->hi_i * i))
+        x = -INFINITY;
     *out = x;
     return true;
 }
@@ -51,8 +91,9 @@ bool eval_attention(Interp *in, const Op *op) {
     double scale = eval_round(in, acc, op_attr(op, "scale")->f);
     Plan score = {0}, mask = {0};
     bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[1].nblocks > 0;
+    Band band;
     if ((has_score && !plan_region(in, op->regions[0].blocks[0], &score)) ||
-        (has_mask && !plan_region(in, op->regions[1].blocks[0], &mask)))
+        (has_mask && !plan_region(in, op->regions[1].blocks[0], &mask)) || !read_band(in, op, &band))
         return false;
     int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
     int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
@@ -72,7 +113,7 @@ bool eval_attention(Interp *in, const Op *op) {
                     for (int64_t d = 0; d < D; d++)
                         sum = eval_round(in, acc, sum + Q[i * D + d] * K[j * D + d]);
                     double x;
-                    if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, acc,
+                    if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, &band, acc,
                                       eval_round(in, acc, sum * scale), b, h, i, j, &x))
                         return false;
                     s[j] = x;
@@ -118,10 +159,11 @@ bool eval_attention_backward(Interp *in, const Op *op) {
     ScalarKind acc = op_attr(op, "acc")->type->elem, dt = q->dtype, F = SK_F32;
     double scale = eval_round(in, acc, op_attr(op, "scale")->f), scale32 = eval_round(in, F, op_attr(op, "scale")->f);
     Plan score = {0}, grad = {0}, mask = {0};
+    Band band;
     bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[2].nblocks > 0;
     if ((has_score && (!plan_region(in, op->regions[0].blocks[0], &score) ||
                        !plan_region(in, op->regions[1].blocks[0], &grad))) ||
-        (has_mask && !plan_region(in, op->regions[2].blocks[0], &mask)))
+        (has_mask && !plan_region(in, op->regions[2].blocks[0], &mask)) || !read_band(in, op, &band))
         return false;
     int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
     int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
@@ -155,7 +197,7 @@ bool eval_attention_backward(Interp *in, const Op *op) {
                             dp = eval_round(in, acc, dp + dO[i * DV + d] * V[j * DV + d]);
                         dp = eval_round(in, F, dp);
                         double pre = eval_round(in, acc, sum * scale), x, g = 1;
-                        if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, acc, pre, b, h,
+                        if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, &band, acc, pre, b, h,
                                           i, j, &x))
                             return false;
                         if (has_score) {   /* the derivative, at the same arguments */
