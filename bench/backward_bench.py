@@ -2,7 +2,7 @@
 """backward_bench.py — attnc's attention backward beside torch SDPA's flash
 (FlashAttention-2) and cuDNN backward, on the H200, in one process.
 
-    python3 bench/backward_bench.py --kit KIT --out DIR [--arch sm_80 ...] [--quick]
+    python3 bench/backward_bench.py --kit KIT --out DIR [--arch sm_80 ...] [--quick] [--compare ATTNC]
 
 FlashAttention's protocol: batch·seqlen = 16384, heads = 2048 / head dim,
 head dims 64 and 128, causal and not, fp16. Backward FLOPs = 2.5 × the
@@ -10,7 +10,9 @@ forward's 4·B·H·N²·D (half when causal). Each time is the median of
 triton's do_bench: attnc runs NAME.backward (its three kernels, the dQ
 accumulator cleared in the stream); the peers run torch.autograd.grad of
 the SDPA output (their backward kernels, the preprocess included). Writes
-a table of TFLOP/s and ratios to DIR/backward-bench.md.
+a table of TFLOP/s and ratios to DIR/backward-bench.md. --compare ATTNC
+adds a column per target for another attnc binary (say the commit before),
+measured in the same process.
 """
 import argparse
 import os
@@ -37,9 +39,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--arch", action="append")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--compare", help="another attnc binary, measured beside this one")
     args = ap.parse_args()
     archs = args.arch or ["sm_80"]
-    os.environ["ATTNC"] = os.path.join(os.path.abspath(args.kit), "attnc")
+    kit_attnc = os.path.join(os.path.abspath(args.kit), "attnc")
+    compilers = [("", kit_attnc)] + ([(" compare", os.path.abspath(args.compare))] if args.compare else [])
+    variants = [a + c for a in archs for c, _ in compilers]
     os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp()
@@ -50,13 +55,15 @@ def main():
         for causal in (False, True):
             mods = {}
             for arch in archs:
-                name = f"bwd_{Dh}_{int(causal)}"
-                path = os.path.join(tmp, f"{name}_{arch}.attn")
-                with open(path, "w") as f:
-                    f.write(f"attention {name}(q: f16[B, {H}, N, {Dh}], k: f16[B, {H}, N, {Dh}], "
-                            f"v: f16[B, {H}, N, {Dh}]) -> (o: f16[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
-                            + ("  mask(b, h, i, j) = j <= i;\n" if causal else "") + "}\n")
-                mods[arch] = (name, attnc.compile(path, arch=arch, output=path[:-5] + ".ptx", backward=True))
+                for tag, compiler in compilers:
+                    name = f"bwd_{Dh}_{int(causal)}"
+                    path = os.path.join(tmp, f"{name}_{arch}{tag.strip()}.attn")
+                    with open(path, "w") as f:
+                        f.write(f"attention {name}(q: f16[B, {H}, N, {Dh}], k: f16[B, {H}, N, {Dh}], "
+                                f"v: f16[B, {H}, N, {Dh}]) -> (o: f16[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
+                                + ("  mask(b, h, i, j) = j <= i;\n" if causal else "") + "}\n")
+                    os.environ["ATTNC"] = compiler
+                    mods[arch + tag] = (name, attnc.compile(path, arch=arch, output=path[:-5] + ".ptx", backward=True))
             for N in Ns:
                 B = 16384 // N
                 q, k, v, do = (torch.randn(B, H, N, Dh, device="cuda", dtype=torch.half) for _ in range(4))
@@ -78,6 +85,7 @@ def main():
                         row[peer] = float("nan")
                 rows.append(row)
                 print(row, flush=True)
+    archs = variants
     cols = [f"attnc {a}" for a in archs] + ["flash", "cudnn"]
     lines = ["| D | causal | N | " + " | ".join(c + " TFLOP/s" for c in cols) + " | "
              + " | ".join(f"attnc {a} / flash | attnc {a} / cudnn" for a in archs) + " |",

@@ -44,6 +44,11 @@ static bool qualifies(const Op *load, const Op *loop, const Value *iv) {
     Attr *pad = op_attr(load, "pad");
     if (mem->type->kind != TY_MEMREF || mem->type->space != AS_GLOBAL || (pad && pad->f != 0))
         return false;
+    /* the copies every target makes are of 16-bit boxes (the backward's
+     * f32 row vectors, LSE and D, stay loads) */
+    ScalarKind k = load->results[0]->type->elem;
+    if (k != SK_F16 && k != SK_BF16)
+        return false;
     bool uses_iv = false;
     for (int i = 1; i < load->noperands; i++) {
         const Value *x = load->operands[i];

@@ -89,6 +89,21 @@ static void hoist_copy(Op *first, Op *last) {
  * for and release after its last reader (FlashAttention-3's Q): the
  * consumers no longer load it themselves, and a persistent block's producer
  * fetches the next tile's Q while they finish this one. */
+/* Does a consumer write shared memory (a transpose through a scratch
+ * buffer, nv.operand on tile.trans)? */
+static bool consumers_write_shared(const Block *blk) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        Attr *operand = op->kind == OP_TRANS ? op_attr(op, "nv.operand") : NULL;
+        if (operand && strcmp(operand->s, "scratch") == 0)
+            return true;
+        for (int r = 0; r < op->nregions; r++)
+            for (int b = 0; b < op->regions[r].nblocks; b++)
+                if (consumers_write_shared(op->regions[r].blocks[b]))
+                    return true;
+    }
+    return false;
+}
+
 static void tma_scratch_loads(Arena *a, Op *launch) {
     Block *body = launch->regions[0].blocks[0];
     for (Op *op = body->first, *next; op; op = next) {
@@ -269,7 +284,11 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
     Attr *ws = op_attr(launch, "schedule.producer"), *pp = op_attr(launch, "schedule.pingpong");
     bool wide = s->dot_cols > 64 || (s->dot_cols && s->carried_cols > 128);
     bool band = keys_follow_queries(a, body, body->args[0]);   /* causal, windows */
-    bool specialise = ws ? ws->i != 0 : wide || band;
+    /* (a launch whose consumers write shared memory, the backward's dSᵀ
+     * scratch, is not specialised by default: one warpgroup of 64 key
+     * rows, it gains nothing from a producer and loses registers to it,
+     * spilling at head dim 128) */
+    bool specialise = ws ? ws->i != 0 : (wide || band) && !consumers_write_shared(body);
     if (specialise) {
         op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
         tma_scratch_loads(a, launch);
@@ -301,6 +320,10 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
          * persistent(0|1) decides. Needs grid z = 1. */
         Attr *ps = op_attr(launch, "schedule.persistent");
         bool persist = ps ? ps->i != 0 : s->dot_cols && s->carried_cols <= 128;
+        /* a block's next tile would need every consumer past its last
+         * read of shared memory the consumers write (the backward's dSᵀ
+         * scratch): not persistent there, whatever the schedule says */
+        persist = persist && !consumers_write_shared(body);
         const Op *z = launch->operands[2]->def;
         if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
             op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));

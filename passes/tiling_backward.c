@@ -204,8 +204,16 @@ static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_
 /* main: dK and dV per key tile (a block per key tile and kv head, over the
  * group's query heads and their query tiles); dQ accumulated into an f32
  * tensor by atomics, or (deterministic) left to dq_kernel. */
+/* Whether the key-tile kernel fits in shared memory with its query loop
+ * pipelined (two stages of the Q and dO tiles, as double-buffer makes
+ * them) beside K, V and the scratch tiles: sm_70 at head dim 128 does not
+ * (117 KB of its 96). A conservative count, as for dq_kernel below. */
+static bool pipelined_fits(int64_t BM, int64_t BN, int64_t D, int64_t DV, int64_t smem_limit) {
+    return 2 * (2 * BM * (D + DV) + 3 * BN * (D + DV)) <= smem_limit;
+}
+
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN) {
+                           int64_t BN, int64_t smem_limit) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
@@ -252,10 +260,14 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         bool per_head = acc == SK_F16;
         Value *f32zero = b_float(&b, F, 0);
         Value *init[2] = {b_splat(&b, per_head ? f32zero : fzero, BN, D), b_splat(&b, per_head ? f32zero : fzero, BN, DV)};
-        Builder gb, mb;
-        Value *g, *m0, **gc, **mc;
-        Op *gl = new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
-        Value *h = b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
+        /* one query head a kv head (MHA): the query loop is the block's
+         * own, where double-buffer pipelines it; else a loop over the
+         * group's heads around it */
+        bool flat = !Hq.sym && !Hk.sym && Hq.size == Hk.size && pipelined_fits(BM, BN, D, DV, smem_limit);
+        Builder gb = b, mb;
+        Value *g, *m0, **gc = init, **mc;
+        Op *gl = flat ? NULL : new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
+        Value *h = flat ? kh : b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
         Value *m_start, *m_end;
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
@@ -299,13 +311,15 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *next[2] = {dk, dv};
         t_yield(&mb, 2, next);
         Value *gnext[2] = {ml->results[0], ml->results[1]};
-        if (per_head)
+        if (per_head && !flat)
             for (int x = 0; x < 2; x++)
                 gnext[x] = b_bin(&gb, OP_ADD, gc[x], b_cast(&gb, gnext[x], F));
-        t_yield(&gb, 2, gnext);
-        Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, gl->results[0], F), b_float(&b, F, scale)), dt);
+        if (!flat)
+            t_yield(&gb, 2, gnext);
+        Value *sums[2] = {flat ? gnext[0] : gl->results[0], flat ? gnext[1] : gl->results[1]};
+        Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, sums[0], F), b_float(&b, F, scale)), dt);
         t_store(&b, DK, dkf, ki, rows_cols);
-        t_store(&b, DV_, b_cast(&b, b_cast(&b, gl->results[1], F), dt), ki, rows_cols);
+        t_store(&b, DV_, b_cast(&b, b_cast(&b, sums[1], F), dt), ki, rows_cols);
         t_yield(&b, 0, NULL);
     }
     return mainl;
@@ -353,7 +367,7 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     block_append(&tmp, pre);
     PtrVec side = {0};
     collect_side_tensors(op, a, &side);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
     block_append(&tmp, mainl);
     Op *post;
     if (deterministic) {
