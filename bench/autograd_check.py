@@ -12,7 +12,6 @@ custom op's registration (torch.library.opcheck) and torch.compile.
 3. torch.compile(fullgraph=True) of a function holding the op: the same
    forward and gradients as eager, bit for bit (the same kernels run).
 """
-import argparse
 import math
 import os
 import sys
@@ -22,6 +21,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
 import gpu_check as gc  # noqa: E402
 import attnc  # noqa: E402
 
@@ -34,13 +34,10 @@ SRC = """attention alibi_causal(q: f16[B, 4, N, 64], k: f16[B, 2, N, 64], v: f16
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
-    ap.add_argument("--out", required=True)
+    ap = common.kit_parser(__doc__)
     ap.add_argument("--arch", default="sm_80")
     args = ap.parse_args()
-    os.environ["ATTNC"] = os.path.join(os.path.abspath(args.kit), "attnc")
-    os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
+    common.use_kit(args.kit)
     gc.ARCH = args.arch
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, f"autograd-{args.arch}.log"), "w")

@@ -14,7 +14,6 @@ a table of TFLOP/s and ratios to DIR/backward-bench.md. --compare ATTNC
 adds a column per target for another attnc binary (say the commit before),
 measured in the same process.
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -25,7 +24,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
 import attnc  # noqa: E402
 
 
@@ -34,18 +34,15 @@ def ms(fn):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
-    ap.add_argument("--out", required=True)
+    ap = common.kit_parser(__doc__)
     ap.add_argument("--arch", action="append")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--compare", help="another attnc binary, measured beside this one")
     args = ap.parse_args()
     archs = args.arch or ["sm_80"]
-    kit_attnc = os.path.join(os.path.abspath(args.kit), "attnc")
+    kit_attnc = common.use_kit(args.kit)
     compilers = [("", kit_attnc)] + ([(" compare", os.path.abspath(args.compare))] if args.compare else [])
     variants = [a + c for a in archs for c, _ in compilers]
-    os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp()
     Ns = [1024, 4096, 16384] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
@@ -96,11 +93,10 @@ def main():
             ratios += [f"{r[f'attnc {a}'] / r['flash']:.2f}", f"{r[f'attnc {a}'] / r['cudnn']:.2f}"]
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['N']} | "
                      + " | ".join(f"{r[c]:.0f}" for c in cols) + " | " + " | ".join(ratios) + " |")
-    import math
     for a in archs:
         for peer in ("flash", "cudnn"):
             rs = [r[f"attnc {a}"] / r[peer] for r in rows if r[peer] == r[peer]]
-            lines.append(f"\ngeomean attnc {a} / {peer}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}")
+            lines.append(f"\ngeomean attnc {a} / {peer}: {common.geomean(rs):.3f}")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(args.out, "backward-bench.md"), "w") as f:

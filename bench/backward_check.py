@@ -16,7 +16,6 @@ by autograd. FlashAttention's rule for gradients:
 
 Prints one line per gradient, a summary last, and writes the log under DIR.
 """
-import argparse
 import math
 import os
 import sys
@@ -27,6 +26,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
 import gpu_check as gc  # noqa: E402
 import attnc  # noqa: E402  (gpu_check put python/ on the path)
 
@@ -164,16 +164,13 @@ def example_cases(rep, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
-    ap.add_argument("--out", required=True)
+    ap = common.kit_parser(__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--arch", default="sm_80", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--small", action="store_true", help="two small cases (for compute-sanitizer)")
     args = ap.parse_args()
-    os.environ["ATTNC"] = os.path.join(os.path.abspath(args.kit), "attnc")
-    os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
+    common.use_kit(args.kit)
     gc.ARCH = args.arch
     gc.DT = torch.float16 if args.dtype == "f16" else torch.bfloat16
     gc.DTN = args.dtype

@@ -36,7 +36,6 @@ Writes DIR/bench.json, DIR/bench.md (the tables for bench/results/) and
 DIR/bench.png (TFLOP/s vs N, a line per implementation, a panel per head dim
 × causal, fp16).
 """
-import argparse
 import contextlib
 import json
 import math
@@ -54,7 +53,8 @@ from triton.testing import do_bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
 import attnc  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -373,9 +373,7 @@ def report(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
-    ap.add_argument("--out", required=True)
+    ap = common.kit_parser(__doc__)
     ap.add_argument("--arch", default="sm_80")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dtype", choices=["f16", "bf16"], default=None, help="attention in this dtype only")
@@ -392,8 +390,7 @@ def main():
     args = ap.parse_args()
     if args.compare:
         args.compare = os.path.abspath(args.compare)
-    os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
-    os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
+    common.use_kit(args.kit)
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="attnc-bench-")
     ceiling()

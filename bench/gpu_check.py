@@ -17,7 +17,6 @@ poisoned with NaN before the run, and the error is the max |attnc - float64|.
 (matmuls in f16 with cuBLAS' f32 accumulation, softmax in f32, P in f16).
 Prints one line per case, a table last, and writes the log under DIR.
 """
-import argparse
 import math
 import os
 import re
@@ -29,7 +28,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
 import attnc  # noqa: E402
 
 U16 = 2.0 ** -11   # unit roundoff of f16
@@ -515,9 +515,7 @@ def accs():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
-    ap.add_argument("--out", required=True)
+    ap = common.kit_parser(__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
@@ -527,8 +525,7 @@ def main():
     ARCH, DTN = args.arch, args.dtype
     DT = torch.float16 if DTN == "f16" else torch.bfloat16
     F16ACC = DT == torch.float16
-    os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
-    os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
+    common.use_kit(args.kit)
     os.makedirs(args.out, exist_ok=True)
     tmp = f"/tmp/attnc-check-{ARCH}-{DTN}"
     os.makedirs(tmp, exist_ok=True)

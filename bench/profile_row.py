@@ -8,7 +8,6 @@ a few times each, for a profiler to look at (Nsight Compute):
 Each implementation runs `--reps` times after one warm-up call; the
 kernels' names tell them apart (attnc's are the block's name + _k0).
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -19,11 +18,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import common  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
+    ap = common.kit_parser(__doc__, out=False)
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--N", type=int, default=512)
@@ -33,8 +32,7 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--no-time", action="store_true", help="run each once + reps, untimed (under a profiler)")
     args = ap.parse_args()
-    os.environ["ATTNC"] = os.path.join(args.kit, "attnc")
-    os.environ["ATTNC_RUNTIME"] = os.path.join(args.kit, "libattnrt.so")
+    common.use_kit(args.kit)
     dt = torch.float16 if args.dtype == "f16" else torch.bfloat16
     B, H = 16384 // args.N, 2048 // args.D
     q = torch.randn(B, H, args.N, args.D, device="cuda", dtype=dt)

@@ -19,7 +19,6 @@ learned (loss under 1.0) moves with rounding; a third run, SDPA's cuDNN
 backend, shows how far it moves between PyTorch's own kernels. Writes
 train.json (the curves) and a plot.
 """
-import argparse
 import json
 import math
 import os
@@ -31,7 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
 import attnc  # noqa: E402
 
 V, D, H, L, T = 64, 256, 4, 4, 512
@@ -94,14 +94,11 @@ def train(attn_fn, steps):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kit", required=True)
-    ap.add_argument("--out", required=True)
+    ap = common.kit_parser(__doc__)
     ap.add_argument("--arch", default="sm_80")
     ap.add_argument("--steps", type=int, default=600)
     args = ap.parse_args()
-    os.environ["ATTNC"] = os.path.join(os.path.abspath(args.kit), "attnc")
-    os.environ["ATTNC_RUNTIME"] = os.path.join(os.path.abspath(args.kit), "libattnrt.so")
+    common.use_kit(args.kit)
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp()
     path = os.path.join(tmp, "gpt_attn.attn")
