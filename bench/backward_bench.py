@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--arch", action="append")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--compare", help="another attnc binary, measured beside this one")
+    ap.add_argument("--kv-ratio", type=int, default=1, help="query heads per kv head (GQA; the peers get enable_gqa)")
     args = ap.parse_args()
     archs = args.arch or ["sm_80"]
     kit_attnc = common.use_kit(args.kit)
@@ -49,6 +50,7 @@ def main():
     rows = []
     for Dh in (64, 128):
         H = 2048 // Dh
+        HK = H // args.kv_ratio
         for causal in (False, True):
             mods = {}
             for arch in archs:
@@ -56,14 +58,15 @@ def main():
                     name = f"bwd_{Dh}_{int(causal)}"
                     path = os.path.join(tmp, f"{name}_{arch}{tag.strip()}.attn")
                     with open(path, "w") as f:
-                        f.write(f"attention {name}(q: f16[B, {H}, N, {Dh}], k: f16[B, {H}, N, {Dh}], "
-                                f"v: f16[B, {H}, N, {Dh}]) -> (o: f16[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
+                        f.write(f"attention {name}(q: f16[B, {H}, N, {Dh}], k: f16[B, {HK}, N, {Dh}], "
+                                f"v: f16[B, {HK}, N, {Dh}]) -> (o: f16[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
                                 + ("  mask(b, h, i, j) = j <= i;\n" if causal else "") + "}\n")
                     os.environ["ATTNC"] = compiler
                     mods[arch + tag] = (name, attnc.compile(path, arch=arch, output=path[:-5] + ".ptx", backward=True))
             for N in Ns:
                 B = 16384 // N
-                q, k, v, do = (torch.randn(B, H, N, Dh, device="cuda", dtype=torch.half) for _ in range(4))
+                q, do = (torch.randn(B, H, N, Dh, device="cuda", dtype=torch.half) for _ in range(2))
+                k, v = (torch.randn(B, HK, N, Dh, device="cuda", dtype=torch.half) for _ in range(2))
                 flops = 2.5 * 4 * B * H * N * N * Dh * (0.5 if causal else 1)
                 row = {"D": Dh, "causal": causal, "N": N}
                 for arch, (name, mod) in mods.items():
@@ -75,7 +78,7 @@ def main():
                     xs = [t.clone().requires_grad_() for t in (q, k, v)]
                     try:
                         with sdpa_kernel(backend):
-                            out = F.scaled_dot_product_attention(*xs, is_causal=causal)
+                            out = F.scaled_dot_product_attention(*xs, is_causal=causal, enable_gqa=HK != H)
                             row[peer] = flops / ms(lambda: torch.autograd.grad(out, xs, do, retain_graph=True)) / 1e9
                     except RuntimeError as e:
                         print(f"{peer} D{Dh} N{N}: {str(e).splitlines()[0]}")

@@ -212,8 +212,40 @@ static bool pipelined_fits(int64_t BM, int64_t BN, int64_t D, int64_t DV, int64_
     return 2 * (2 * BM * (D + DV) + 3 * BN * (D + DV)) <= smem_limit;
 }
 
+/* tile.atomic_add of tile into mem at idx (a [rows, cols] box of its last
+ * two dims). */
+static void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **idx) {
+    Value *ops[6] = {mem, tile, idx[0], idx[1], idx[2], idx[3]};
+    Op *add = op_create(b->a, OP_ATOMIC_ADD, 6, ops, 0, NULL, 0);
+    add->loc = b->loc;
+    op_set_attr(b->a, add, "dims", attr_array(b->a, 2, (Attr *[]){attr_int(b->a, 2), attr_int(b->a, 3)}));
+    block_append(b->blk, add);
+}
+
+/* How the key-tile kernel covers a kv head's group of query heads. */
+typedef enum {
+    GROUP_LOOP,    /* a block per kv head loops over the group's heads, then their query tiles */
+    ONE_HEAD,      /* one query head per kv head (MHA): the query loop is the block's own */
+    HEAD_BLOCKS,   /* a block per query head; dK and dV added into f32 accumulators */
+} GroupCover;
+
+/* One query head per kv head, or else a block per query head (GQA), puts
+ * the query loop at the kernel's top level, where double-buffer pipelines
+ * it; HEAD_BLOCKS's additions come in no fixed order, so the deterministic
+ * schedule keeps the group loop, as does a kernel whose stages would not
+ * fit. */
+static GroupCover group_cover(const Op *op, bool deterministic, int64_t BM, int64_t BN, int64_t smem_limit) {
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    Dim Hq = qt->dims[1], Hk = kt->dims[1];
+    if (!pipelined_fits(BM, BN, qt->dims[3].size, vt->dims[3].size, smem_limit))
+        return GROUP_LOOP;
+    if (!Hq.sym && !Hk.sym && Hq.size == Hk.size)
+        return ONE_HEAD;
+    return deterministic ? GROUP_LOOP : HEAD_BLOCKS;
+}
+
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN, int64_t smem_limit) {
+                           int64_t BN, GroupCover cover) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
@@ -230,13 +262,21 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
     memcpy(inputs, main_in, sizeof main_in);
     for (int i = 0; i < side->len; i++)
         inputs[6 + i] = side->items[i];
-    Type *main_t[3] = {(Type *)kt, (Type *)vt, tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
-    int nmain = deterministic ? 2 : 3;   /* dk, dv [, the dQ accumulator] */
-    Value *kgrid[3] = {b_ceildiv(outer, b_dim(outer, Nk), BN), b_bin(outer, OP_MUL, b_dim(outer, Bd), b_dim(outer, Hk)),
-                       b_index(outer, 1)};
+    bool head_blocks = cover == HEAD_BLOCKS, flat = cover != GROUP_LOOP;
+    /* dk, dv (HEAD_BLOCKS: their f32 accumulators) [, the dQ accumulator] */
+    Type *main_t[3] = {head_blocks ? tensor4(a, F, Bd, Hk, Nk, kt->dims[3]) : (Type *)kt,
+                       head_blocks ? tensor4(a, F, Bd, Hk, Nk, vt->dims[3]) : (Type *)vt,
+                       tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
+    int nmain = deterministic ? 2 : 3;
+    Value *kgrid[3] = {b_ceildiv(outer, b_dim(outer, Nk), BN),
+                       b_bin(outer, OP_MUL, b_dim(outer, Bd), b_dim(outer, head_blocks ? Hq : Hk)), b_index(outer, 1)};
     Op *mainl = make_launch(outer, op->loc, kgrid, nin, inputs, nmain, main_t,
-                            (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"}, &args);
-    if (!deterministic)
+                            head_blocks ? (const char *[]){"dk_acc", "dv_acc", "dq_acc"}
+                                        : (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"},
+                            &args);
+    if (head_blocks)
+        op_set_attr(a, mainl, "zeroed", attr_array(a, 3, (Attr *[]){attr_int(a, 0), attr_int(a, 1), attr_int(a, 2)}));
+    else if (!deterministic)
         op_set_attr(a, mainl, "zeroed", attr_array(a, 1, (Attr *[]){attr_int(a, 2)}));
     {
         Builder b = {a, mainl->regions[0].blocks[0], NULL, op->loc};
@@ -247,7 +287,9 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         for (int i = 0; i < side->len; i++)
             map_put(a, &memrefs, side->items[i], args[9 + i]);
         Value *HK = b_dim(&b, Hk), *G = b_bin(&b, OP_FLOORDIV, b_dim(&b, Hq), HK), *zero = b_index(&b, 0);
-        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HK), *kh = b_bin(&b, OP_REM, args[1], HK);
+        Value *HY = head_blocks ? b_dim(&b, Hq) : HK;   /* the heads along grid y */
+        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HY), *hy = b_bin(&b, OP_REM, args[1], HY);
+        Value *kh = head_blocks ? b_bin(&b, OP_FLOORDIV, hy, G) : hy;
         Value *j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
         Value *ki[4] = {bi, kh, j0, zero};
         Value *ktile = t_load(&b, K, ki, rows_cols, b_tile_type(&b, dt, BN, D), 0);
@@ -260,14 +302,12 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         bool per_head = acc == SK_F16;
         Value *f32zero = b_float(&b, F, 0);
         Value *init[2] = {b_splat(&b, per_head ? f32zero : fzero, BN, D), b_splat(&b, per_head ? f32zero : fzero, BN, DV)};
-        /* one query head a kv head (MHA): the query loop is the block's
-         * own, where double-buffer pipelines it; else a loop over the
-         * group's heads around it */
-        bool flat = !Hq.sym && !Hk.sym && Hq.size == Hk.size && pipelined_fits(BM, BN, D, DV, smem_limit);
+        /* the query loop, inside a loop over the group's heads (GROUP_LOOP)
+         * or the block's own (group_cover) */
         Builder gb = b, mb;
         Value *g, *m0, **gc = init, **mc;
         Op *gl = flat ? NULL : new_for(&b, zero, G, b_index(&b, 1), 2, init, &gb, &g, &gc);
-        Value *h = flat ? kh : b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
+        Value *h = flat ? hy : b_bin(&gb, OP_ADD, b_bin(&gb, OP_MUL, kh, G), g);
         Value *m_start, *m_end;
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
@@ -302,11 +342,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
             Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
             Value *dq_ops[3] = {dsT, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
             Value *dq = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops), F);
-            Value *aops[6] = {DQ, dq, bi, h, m0, b_index(&mb, 0)};
-            Op *add = op_create(a, OP_ATOMIC_ADD, 6, aops, 0, NULL, 0);
-            add->loc = op->loc;
-            op_set_attr(a, add, "dims", attr_array(a, 2, (Attr *[]){attr_int(a, 2), attr_int(a, 3)}));
-            block_append(mb.blk, add);
+            t_atomic_add(&mb, DQ, dq, (Value *[]){bi, h, m0, b_index(&mb, 0)});
         }
         Value *next[2] = {dk, dv};
         t_yield(&mb, 2, next);
@@ -317,12 +353,45 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         if (!flat)
             t_yield(&gb, 2, gnext);
         Value *sums[2] = {flat ? gnext[0] : gl->results[0], flat ? gnext[1] : gl->results[1]};
-        Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, sums[0], F), b_float(&b, F, scale)), dt);
-        t_store(&b, DK, dkf, ki, rows_cols);
-        t_store(&b, DV_, b_cast(&b, b_cast(&b, sums[1], F), dt), ki, rows_cols);
+        if (head_blocks) {   /* this head's share, in f32 (kv_kernel scales and rounds the sum) */
+            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki);
+            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki);
+        } else {
+            Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, sums[0], F), b_float(&b, F, scale)), dt);
+            t_store(&b, DK, dkf, ki, rows_cols);
+            t_store(&b, DV_, b_cast(&b, b_cast(&b, sums[1], F), dt), ki, rows_cols);
+        }
         t_yield(&b, 0, NULL);
     }
     return mainl;
+}
+
+/* HEAD_BLOCKS's postprocess: dK = scale · dKacc and dV = dVacc, rounded
+ * to their types, a key tile of a kv head a block. */
+static Op *kv_kernel(Builder *outer, const Op *op, Op *mainl, int64_t BN) {
+    Arena *a = outer->a;
+    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    const int64_t D = kt->dims[3].size, DV = vt->dims[3].size;
+    ScalarKind F = SK_F32;
+    Dim Bd = qt->dims[0], Hk = kt->dims[1], Nk = kt->dims[2];
+    double scale = op_attr(op, "scale")->f;
+    const int rows_cols[2] = {2, 3};
+    Value **args;
+    Value *grid[3] = {b_ceildiv(outer, b_dim(outer, Nk), BN), b_bin(outer, OP_MUL, b_dim(outer, Bd), b_dim(outer, Hk)),
+                      b_index(outer, 1)};
+    Value *in[2] = {mainl->results[0], mainl->results[1]};
+    Type *out_t[2] = {(Type *)kt, (Type *)vt};
+    Op *kv = make_launch(outer, op->loc, grid, 2, in, 2, out_t,
+                         (const char *[]){op->results[1]->name, op->results[2]->name}, &args);
+    Builder b = {a, kv->regions[0].blocks[0], NULL, op->loc};
+    Value *idx[4];
+    query_tile_index(&b, args, Hk, BN, idx);
+    Value *dk = t_load(&b, args[3], idx, rows_cols, b_tile_type(&b, F, BN, D), 0);
+    Value *dv = t_load(&b, args[4], idx, rows_cols, b_tile_type(&b, F, BN, DV), 0);
+    t_store(&b, args[5], b_cast(&b, b_bin(&b, OP_MUL, dk, b_float(&b, F, scale)), kt->elem), idx, rows_cols);
+    t_store(&b, args[6], b_cast(&b, dv, vt->elem), idx, rows_cols);
+    t_yield(&b, 0, NULL);
+    return kv;
 }
 
 /* postprocess: dQ = scale · dQacc, a query tile a block. */
@@ -367,8 +436,12 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     block_append(&tmp, pre);
     PtrVec side = {0};
     collect_side_tensors(op, a, &side);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
+    GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover);
     block_append(&tmp, mainl);
+    Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, BN) : mainl;   /* (dk, dv its results 0, 1) */
+    if (kv != mainl)
+        block_append(&tmp, kv);
     Op *post;
     if (deterministic) {
         /* 16-bit Q and dO tiles, and K and V tiles per key segment (up to
@@ -380,6 +453,6 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         post = postprocess_kernel(&outer, op, mainl, qgrid, BM);
     }
     block_append(&tmp, post);
-    replace_with(ctx, op, &tmp, (Value *[]){post->results[0], mainl->results[0], mainl->results[1]});
+    replace_with(ctx, op, &tmp, (Value *[]){post->results[0], kv->results[0], kv->results[1]});
     return true;
 }
