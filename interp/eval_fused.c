@@ -44,12 +44,32 @@ static bool read_band(Interp *in, const Op *op, Band *band) {
     return true;
 }
 
+/* What hides or changes an attention op's scores: its score hook (and,
+ * in the backward, the hook's derivative), its mask, its band. */
+typedef struct Hooks {
+    bool has_score, has_mask;
+    Plan score, grad, mask;
+    Band band;
+} Hooks;
+
+/* The hooks in the op's regions score_r, grad_r (-1: none) and mask_r. */
+static bool read_hooks(Interp *in, const Op *op, int score_r, int grad_r, int mask_r, Hooks *hk) {
+    *hk = (Hooks){.has_score = op->regions[score_r].nblocks > 0, .has_mask = op->regions[mask_r].nblocks > 0};
+    if (hk->has_score && (!plan_region(in, op->regions[score_r].blocks[0], &hk->score) ||
+                          (grad_r >= 0 && !plan_region(in, op->regions[grad_r].blocks[0], &hk->grad))))
+        return false;
+    if (hk->has_mask && !plan_region(in, op->regions[mask_r].blocks[0], &hk->mask))
+        return false;
+    return read_band(in, op, &hk->band);
+}
+
 /* A score after the hooks, as attn.score_mod and attn.mask give it: the
  * score hook on the f32 score `x` (rounded back to acc), then -inf where the
- * mask or the band hides it. NULL plans: no such hook. False on a run-time
- * error. */
-static bool hooked_score(Interp *in, Plan *score, Plan *mask, const Band *band, ScalarKind acc, double x, int64_t b,
-                         int64_t h, int64_t i, int64_t j, double *out) {
+ * mask or the band hides it. False on a run-time error. */
+static bool hooked_score(Interp *in, Hooks *hk, ScalarKind acc, double x, int64_t b, int64_t h, int64_t i, int64_t j,
+                         double *out) {
+    Plan *score = hk->has_score ? &hk->score : NULL, *mask = hk->has_mask ? &hk->mask : NULL;
+    const Band *band = &hk->band;
     if (score) {
         score->slots[0] = eval_round(in, SK_F32, x);
         score->slots[1] = (double)b, score->slots[2] = (double)h;
@@ -89,11 +109,8 @@ bool eval_attention(Interp *in, const Op *op) {
     }
     ScalarKind acc = op_attr(op, "acc")->type->elem;
     double scale = eval_round(in, acc, op_attr(op, "scale")->f);
-    Plan score = {0}, mask = {0};
-    bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[1].nblocks > 0;
-    Band band;
-    if ((has_score && !plan_region(in, op->regions[0].blocks[0], &score)) ||
-        (has_mask && !plan_region(in, op->regions[1].blocks[0], &mask)) || !read_band(in, op, &band))
+    Hooks hooks;
+    if (!read_hooks(in, op, 0, -1, 1, &hooks))
         return false;
     int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
     int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
@@ -113,8 +130,7 @@ bool eval_attention(Interp *in, const Op *op) {
                     for (int64_t d = 0; d < D; d++)
                         sum = eval_round(in, acc, sum + Q[i * D + d] * K[j * D + d]);
                     double x;
-                    if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, &band, acc,
-                                      eval_round(in, acc, sum * scale), b, h, i, j, &x))
+                    if (!hooked_score(in, &hooks, acc, eval_round(in, acc, sum * scale), b, h, i, j, &x))
                         return false;
                     s[j] = x;
                     m = nan_max(m, x);
@@ -158,12 +174,8 @@ bool eval_attention_backward(Interp *in, const Op *op) {
         return false;
     ScalarKind acc = op_attr(op, "acc")->type->elem, dt = q->dtype, F = SK_F32;
     double scale = eval_round(in, acc, op_attr(op, "scale")->f), scale32 = eval_round(in, F, op_attr(op, "scale")->f);
-    Plan score = {0}, grad = {0}, mask = {0};
-    Band band;
-    bool has_score = op->regions[0].nblocks > 0, has_mask = op->regions[2].nblocks > 0;
-    if ((has_score && (!plan_region(in, op->regions[0].blocks[0], &score) ||
-                       !plan_region(in, op->regions[1].blocks[0], &grad))) ||
-        (has_mask && !plan_region(in, op->regions[2].blocks[0], &mask)) || !read_band(in, op, &band))
+    Hooks hooks;
+    if (!read_hooks(in, op, 0, 1, 2, &hooks))
         return false;
     int64_t B = q->dims[0], H = q->dims[1], NQ = q->dims[2], D = q->dims[3];
     int64_t HK = k->dims[1], NK = k->dims[2], DV = v->dims[3];
@@ -197,18 +209,17 @@ bool eval_attention_backward(Interp *in, const Op *op) {
                             dp = eval_round(in, acc, dp + dO[i * DV + d] * V[j * DV + d]);
                         dp = eval_round(in, F, dp);
                         double pre = eval_round(in, acc, sum * scale), x, g = 1;
-                        if (!hooked_score(in, has_score ? &score : NULL, has_mask ? &mask : NULL, &band, acc, pre, b, h,
-                                          i, j, &x))
+                        if (!hooked_score(in, &hooks, acc, pre, b, h, i, j, &x))
                             return false;
-                        if (has_score) {   /* the derivative, at the same arguments */
-                            memcpy(grad.slots, score.slots, sizeof(double) * 5);
-                            if (!run_plan(in, &grad, &g))
+                        if (hooks.has_score) {   /* the derivative, at the same arguments */
+                            memcpy(hooks.grad.slots, hooks.score.slots, sizeof(double) * 5);
+                            if (!run_plan(in, &hooks.grad, &g))
                                 return false;
                             g = eval_round(in, F, g);
                         }
                         double p = eval_round(in, F, exp(eval_round(in, F, eval_round(in, F, x) - lz)));
                         double ds = eval_round(in, F, p * eval_round(in, F, dp - delta));
-                        if (has_score)
+                        if (hooks.has_score)
                             ds = eval_round(in, F, ds * g);
                         P[i * NK + j] = eval_round(in, dt, p);
                         DS[i * NK + j] = eval_round(in, dt, ds);

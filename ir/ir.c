@@ -275,6 +275,26 @@ void op_set_attr(Arena *a, Op *op, const char *name, Attr *value) {
 
 Attr *op_attr(const Op *op, const char *name) { return attrs_get(op->attrs, op->nattrs, name); }
 
+bool op_reads_result_of(const Op *op, OpKind kind) {
+    for (int i = 0; i < op->noperands; i++)
+        if (op->operands[i]->def && op->operands[i]->def->kind == kind)
+            return true;
+    return false;
+}
+
+bool block_holds(const Block *blk, OpKind kind, const char *name, const char *value) {
+    for (const Op *op = blk->first; op; op = op->next) {
+        Attr *at = op->kind == kind ? op_attr(op, name) : NULL;
+        if (at && at->kind == AT_STR && strcmp(at->s, value) == 0)
+            return true;
+        for (int r = 0; r < op->nregions; r++)
+            for (int b = 0; b < op->regions[r].nblocks; b++)
+                if (block_holds(op->regions[r].blocks[b], kind, name, value))
+                    return true;
+    }
+    return false;
+}
+
 Block *region_add_block(Arena *a, Region *r) {
     Block **blocks = NEW_ARRAY(a, Block *, r->nblocks + 1);
     if (r->nblocks)

@@ -168,6 +168,11 @@ Op *op_create(Arena *a, OpKind kind, int noperands, Value **operands, int nresul
               Type **result_types, int nregions);
 void op_set_attr(Arena *a, Op *op, const char *name, Attr *value);
 Attr *op_attr(const Op *op, const char *name);
+/* Whether blk, or a block nested in one of its ops, holds an op of `kind`
+ * whose string attribute `name` is `value`. */
+bool block_holds(const Block *blk, OpKind kind, const char *name, const char *value);
+/* Whether one of op's operands is a result of an op of `kind`. */
+bool op_reads_result_of(const Op *op, OpKind kind);
 /* Whether op computes one scalar from its operands alone, touching no memory
  * (index arithmetic, constants): code may move across it. */
 bool op_is_scalar_math(const Op *op);

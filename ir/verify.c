@@ -624,14 +624,6 @@ static Op *parent_op(const Op *op) {
 }
 
 /* tile.launch(gx, gy, gz, inputs...) ({^bb0(px, py, pz, in memrefs..., out memrefs...)}) : outputs */
-/* Does op read the result of a dot? */
-static bool reads_a_dot(const Op *op) {
-    for (int i = 0; i < op->noperands; i++)
-        if (op->operands[i]->def && op->operands[i]->def->kind == OP_DOT)
-            return true;
-    return false;
-}
-
 /* A ping-pong launch's turns (warp-roles' nv.turn and nv.barrier.turn): in each block a turn
  * opens at a first dot, holds middle dots and closes at a last one (an only
  * dot is a turn alone); inside a turn no op has regions or reads a dot's
@@ -648,7 +640,7 @@ static void verify_turns(Verifier *v, Block *blk) {
             op_error(v, op, "in a ping-pong launch needs nv.turn (run warp-roles)");
             return;
         }
-        if (open && (op->nregions || reads_a_dot(op))) {
+        if (open && (op->nregions || op_reads_result_of(op, OP_DOT))) {
             op_error(v, op, "is inside a ping-pong turn, which holds no loop and waits for no dot");
             return;
         }

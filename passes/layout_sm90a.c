@@ -91,18 +91,7 @@ static void hoist_copy(Op *first, Op *last) {
  * fetches the next tile's Q while they finish this one. */
 /* Does a consumer write shared memory (a transpose through a scratch
  * buffer, nv.operand on tile.trans)? */
-static bool consumers_write_shared(const Block *blk) {
-    for (const Op *op = blk->first; op; op = op->next) {
-        Attr *operand = op->kind == OP_TRANS ? op_attr(op, "nv.operand") : NULL;
-        if (operand && strcmp(operand->s, "scratch") == 0)
-            return true;
-        for (int r = 0; r < op->nregions; r++)
-            for (int b = 0; b < op->regions[r].nblocks; b++)
-                if (consumers_write_shared(op->regions[r].blocks[b]))
-                    return true;
-    }
-    return false;
-}
+static bool consumers_write_shared(const Block *blk) { return block_holds(blk, OP_TRANS, "nv.operand", "scratch"); }
 
 static void tma_scratch_loads(Arena *a, Op *launch) {
     Block *body = launch->regions[0].blocks[0];

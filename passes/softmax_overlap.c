@@ -297,18 +297,7 @@ static void rotate_chain(Arena *a, Op *launch, KeyLoop *ms, int n, bool no_tail)
         op_unlink(t);
 }
 
-static bool has_tma(const Block *blk) {
-    for_each_op(op, blk) {
-        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy") : NULL;
-        if (how && strcmp(how->s, "tma") == 0)
-            return true;
-        for (int r = 0; r < op->nregions; r++)
-            for (int k = 0; k < op->regions[r].nblocks; k++)
-                if (has_tma(op->regions[r].blocks[k]))
-                    return true;
-    }
-    return false;
-}
+static bool has_tma(const Block *blk) { return block_holds(blk, OP_COPY_ASYNC, "nv.copy", "tma"); }
 
 /* The widest result of a tile.dot in blk (0: none). */
 static int64_t max_dot_cols(const Block *blk) {

@@ -150,14 +150,6 @@ static void skeleton(Arena *a, Op *launch) {
 
 /* ---- ping-pong turns --------------------------------------------------------- */
 
-/* Does op read the result of a dot? */
-static bool reads_a_dot(const Op *op) {
-    for (int i = 0; i < op->noperands; i++)
-        if (op->operands[i]->def && op->operands[i]->def->kind == OP_DOT)
-            return true;
-    return false;
-}
-
 /* A turn holds a run of dots: the dot after `dot` in its block shares its
  * turn when no op from `dot` on reads a dot's result (the turn never waits
  * for a dot) and none has regions. In softmax-overlap's loop that pairs
@@ -165,7 +157,7 @@ static bool reads_a_dot(const Op *op) {
  * while the other runs its softmax. */
 static bool next_in_turn(const Op *dot) {
     for (const Op *op = dot->next; op; op = op->next) {
-        if (op->nregions || reads_a_dot(op))
+        if (op->nregions || op_reads_result_of(op, OP_DOT))
             return false;
         if (op->kind == OP_DOT)
             return true;
