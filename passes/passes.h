@@ -19,6 +19,7 @@
  *   nv_layout.c  tile IR -> nv IR (sm70-, sm80-, sm90a-layout), with the
  *                targets' hooks in layout_sm70.c, layout_sm80.c, layout_sm90a.c
  *   softmax_overlap.c  sm_90a key loops rotated: P·V during the next softmax
+ *   dot_hoist.c  sm_90a: a dot whose operands are ready issued right after the dot before
  *   warp_roles.c sm_90a warp-specialised launches: the producer's ops, stage releases
  *   test_*.c     passes that are wrong on purpose, to prove the checks bite
  */
@@ -88,6 +89,7 @@ bool pass_sm90a_layout(Op *module, PassContext *ctx);
  * the rest (nv_layout.c): what decides two blocks an SM. */
 int64_t nv_buffer_bytes(const Block *body);
 bool pass_softmax_overlap(Op *module, PassContext *ctx);
+bool pass_dot_hoist(Op *module, PassContext *ctx);
 bool pass_warp_roles(Op *module, PassContext *ctx);
 /* backward.c: adds NAME.backward after every attention block NAME (its
  * gradients, derived in the attn IR); false (reported) when a score hook

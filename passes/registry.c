@@ -29,6 +29,7 @@ static const Pass registry[] = {
     {"sm80-layout", "tile IR -> sm_80 target IR: mma.m16n8k16 layouts, ldmatrix operands, cp.async copies", pass_sm80_layout},
     {"sm90a-layout", "tile IR -> sm_90a target IR: wgmma operands in swizzled shared memory, cp.async copies", pass_sm90a_layout},
     {"softmax-overlap", "sm_90a key loops rotated: P·V of the last tile issued after Q·Kᵀ of this one, run during its softmax", pass_softmax_overlap},
+    {"dot-hoist", "sm_90a: a dot whose operands are ready issued right after the dot before it, run during the work between", pass_dot_hoist},
     {"warp-roles", "sm_90a warp-specialised launches: which ops the producer runs, where each stage is released", pass_warp_roles},
     {"test-early-release", "(tests only) warp-roles with every stage released right after its wait", pass_test_early_release},
     {"test-softmax-overlap-no-tail", "(tests only) softmax-overlap without the last tile's P·V", pass_test_softmax_overlap_no_tail},

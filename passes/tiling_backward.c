@@ -439,6 +439,9 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
     Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover);
     block_append(&tmp, mainl);
+    Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);   /* dot-hoist's switch */
+    if (overlap)
+        op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, overlap->i));
     Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, BN) : mainl;   /* (dk, dv its results 0, 1) */
     if (kv != mainl)
         block_append(&tmp, kv);

@@ -34,6 +34,7 @@ static const char *const sm90a_pipeline[] = {
     "dce", "fusion", "mask-analysis", "tiling", "online-softmax", "double-buffer", "cse", "dce",
     "sm90a-layout",     /* tile IR -> sm_90a target IR (wgmma, 128-byte swizzled operands, TMA or cp.async) */
     "softmax-overlap",  /* P·V of the last key tile runs during this tile's softmax (FlashAttention-3) */
+    "dot-hoist",        /* overlap(1): the backward's dPᵀ = V·dOᵀ runs during the softmax of Sᵀ = K·Qᵀ */
     "warp-roles",       /* warp-specialised launches: the producer's ops, where each stage is released */
     NULL,
 };
