@@ -4,7 +4,8 @@
     mod = attnc.load("attn.ptx")                 # PTX + manifest from attnc
     o = mod.run("mha", q, k, v)                  # -> torch tensor (or a tuple)
 
-    mod = attnc.compile("model.attn")                # runs the attnc binary (default target sm_80)
+    mod = attnc.compile("model.attn")                # runs the attnc binary (default target sm_80),
+                                                     # or loads the PTX from the cache (attnc.cache)
 
 ctypes over libattnrt (no compile step). Kernels launch on the current torch
 stream. Inputs must be contiguous CUDA tensors of the manifest's dtypes;
@@ -15,6 +16,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+
+from . import cache as _cache
 
 __all__ = ["AttncError", "Module", "load", "compile", "find_attnc"]
 
@@ -201,23 +204,50 @@ def find_attnc():
     return found
 
 
-def compile(source, arch=None, output=None, backward=False):
+def _read(source):
+    try:
+        with open(source, "rb") as f:
+            return f.read()
+    except OSError:
+        return None   # attnc reports it
+
+
+def compile(source, arch=None, output=None, backward=False, cache=True):
     """Compiles a .attn file with attnc for `arch` (None: attnc's default
     target, sm_80) and loads the PTX (written to `output`, or to a temporary
     file that is removed once loaded). backward=True also compiles each
-    attention block's backward, NAME.backward (attnc -backward)."""
+    attention block's backward, NAME.backward (attnc -backward).
+
+    With cache=True the PTX is kept in the on-disk cache (attnc.cache:
+    $ATTNC_CACHE_DIR, else ~/.cache/attnc), keyed by the source text, the
+    target, the flag and the attnc binary; a later compile of the same
+    text, in this process or another, loads it without running attnc."""
+    compiler = find_attnc()
+    text = _read(source) if cache else None
+    k = _cache.key(text, arch, backward, compiler) if text is not None else None
+    hit = _cache.lookup(k) if k else None
+    if hit:
+        try:
+            if output is not None:
+                shutil.copyfile(hit, output)
+            return load(output if output is not None else hit)
+        except (AttncError, OSError):
+            _cache.drop(k)   # an entry that no longer loads: compile again
     keep = output is not None
     if not keep:
         fd, output = tempfile.mkstemp(suffix=".ptx", prefix="attnc-")
         os.close(fd)
     try:
-        cmd = [find_attnc(), os.fspath(source), "-emit=ptx", "-o", output] + (["-arch", arch] if arch else [])
+        cmd = [compiler, os.fspath(source), "-emit=ptx", "-o", output] + (["-arch", arch] if arch else [])
         if backward:
             cmd.append("-backward")
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise AttncError(r.stderr.strip() or f"attnc failed with status {r.returncode}")
-        return load(output)
+        mod = load(output)
+        if k and _read(source) == text:   # (not if the file changed while attnc read it)
+            _cache.store(k, output)
+        return mod
     finally:
         if not keep and os.path.exists(output):
             os.remove(output)
