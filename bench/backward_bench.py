@@ -3,6 +3,7 @@
 (FlashAttention-2) and cuDNN backward, on the H200, in one process.
 
     python3 bench/backward_bench.py --kit KIT --out DIR [--arch sm_80 ...] [--quick] [--compare ATTNC]
+                                    [--schedule S ...] [--head-dims 64 128] [--dtype f16|bf16]
 
 FlashAttention's protocol: batch·seqlen = 16384, heads = 2048 / head dim,
 head dims 64 and 128, causal and not, fp16. Backward FLOPs = 2.5 × the
@@ -12,7 +13,8 @@ accumulator cleared in the stream); the peers run torch.autograd.grad of
 the SDPA output (their backward kernels, the preprocess included). Writes
 a table of TFLOP/s and ratios to DIR/backward-bench.md. --compare ATTNC
 adds a column per target for another attnc binary (say the commit before),
-measured in the same process.
+measured in the same process; each --schedule S a column per target for
+the block compiled with `schedule NAME for ARCH { S }`.
 """
 import os
 import sys
@@ -39,34 +41,44 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--compare", help="another attnc binary, measured beside this one")
     ap.add_argument("--kv-ratio", type=int, default=1, help="query heads per kv head (GQA; the peers get enable_gqa)")
+    ap.add_argument("--schedule", action="append", default=[], help="also time the block with this schedule")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     args = ap.parse_args()
     archs = args.arch or ["sm_80"]
     kit_attnc = common.use_kit(args.kit)
-    compilers = [("", kit_attnc)] + ([(" compare", os.path.abspath(args.compare))] if args.compare else [])
-    variants = [a + c for a in archs for c, _ in compilers]
+    compilers = [("", kit_attnc, "")] + ([(" compare", os.path.abspath(args.compare), "")] if args.compare else [])
+    compilers += [(f" s{i + 1}", kit_attnc, s) for i, s in enumerate(args.schedule)]
+    for i, s in enumerate(args.schedule):
+        print(f"s{i + 1}: {s}")
+    ty = args.dtype
+    dt = torch.float16 if ty == "f16" else torch.bfloat16
+    variants = [a + c for a in archs for c, _, _ in compilers]
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp()
     Ns = [1024, 4096, 16384] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     rows = []
-    for Dh in (64, 128):
+    for Dh in args.head_dims:
         H = 2048 // Dh
         HK = H // args.kv_ratio
         for causal in (False, True):
             mods = {}
             for arch in archs:
-                for tag, compiler in compilers:
+                for tag, compiler, sched in compilers:
                     name = f"bwd_{Dh}_{int(causal)}"
                     path = os.path.join(tmp, f"{name}_{arch}{tag.strip()}.attn")
                     with open(path, "w") as f:
-                        f.write(f"attention {name}(q: f16[B, {H}, N, {Dh}], k: f16[B, {HK}, N, {Dh}], "
-                                f"v: f16[B, {HK}, N, {Dh}]) -> (o: f16[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
-                                + ("  mask(b, h, i, j) = j <= i;\n" if causal else "") + "}\n")
+                        f.write(f"attention {name}(q: {ty}[B, {H}, N, {Dh}], k: {ty}[B, {HK}, N, {Dh}], "
+                                f"v: {ty}[B, {HK}, N, {Dh}]) -> (o: {ty}[B, {H}, N, {Dh}], lse: f32[B, {H}, N]) {{\n"
+                                + ("  mask(b, h, i, j) = j <= i;\n" if causal else "") + "}\n"
+                                + (f"schedule {name} for {arch} {{ {sched} }}\n" if sched else ""))
                     os.environ["ATTNC"] = compiler
-                    mods[arch + tag] = (name, attnc.compile(path, arch=arch, output=path[:-5] + ".ptx", backward=True))
+                    mods[arch + tag] = (name, attnc.compile(path, arch=arch, output=path[:-5] + ".ptx", backward=True,
+                                                                  cache=False))
             for N in Ns:
                 B = 16384 // N
-                q, do = (torch.randn(B, H, N, Dh, device="cuda", dtype=torch.half) for _ in range(2))
-                k, v = (torch.randn(B, HK, N, Dh, device="cuda", dtype=torch.half) for _ in range(2))
+                q, do = (torch.randn(B, H, N, Dh, device="cuda", dtype=dt) for _ in range(2))
+                k, v = (torch.randn(B, HK, N, Dh, device="cuda", dtype=dt) for _ in range(2))
                 flops = 2.5 * 4 * B * H * N * N * Dh * (0.5 if causal else 1)
                 row = {"D": Dh, "causal": causal, "N": N}
                 for arch, (name, mod) in mods.items():

@@ -98,19 +98,22 @@ def time_rounds(contenders, rounds, row):
     return {col: statistics.median(t) for col, t in times.items()}
 
 
-def attention_block(name, D, causal, dt):
+def attention_block(name, D, causal, dt, heads="H"):
+    """The protocol's block; `heads` a number where the kernel should be
+    specialised on it (the backward's kernels are made per head count)."""
     mask = "  mask(b, h, i, j) = j <= i;\n" if causal else ""
-    return (f"attention {name}(q: {dt}[B, H, N, {D}], k: {dt}[B, H, N, {D}], v: {dt}[B, H, N, {D}])\n"
-            f"    -> (o: {dt}[B, H, N, {D}], lse: f32[B, H, N]) {{\n  acc f32;\n{mask}}}\n")
+    H = heads
+    return (f"attention {name}(q: {dt}[B, {H}, N, {D}], k: {dt}[B, {H}, N, {D}], v: {dt}[B, {H}, N, {D}])\n"
+            f"    -> (o: {dt}[B, {H}, N, {D}], lse: f32[B, {H}, N]) {{\n  acc f32;\n{mask}}}\n")
 
 
-def compile_block(tmp, arch, name, text):
+def compile_block(tmp, arch, name, text, backward=False):
     path = os.path.join(tmp, name + ".attn")
     with open(path, "w") as f:
         f.write(text)
     out = os.path.join(tmp, name + ".ptx")
     t0 = time.time()
-    mod = attnc.compile(path, arch=arch, output=out, cache=False)   # timed: never from the cache
+    mod = attnc.compile(path, arch=arch, output=out, backward=backward, cache=False)   # timed: never from the cache
     return mod, time.time() - t0
 
 

@@ -88,6 +88,13 @@ void sema_lower_schedule(Sema *s, const Item *it) {
             }
             vals[j] = attr_int(s->a, x);
         }
+        if (ok && (info->flags & SD_EQUAL) && want == 2 && vals[0]->i != vals[1]->i) {
+            diag_error(s->d, s->src, dr->arg_locs[1], "%s takes two equal values (%s), not %lld and %lld", dr->name,
+                       info->what, (long long)vals[0]->i, (long long)vals[1]->i);
+            diag_note(s->d, s->src, dr->loc, "the backward's key-tile kernel keeps its score tiles and its dQ "
+                                             "tile in one row layout");
+            ok = false;
+        }
         if (ok)
             attrs_set(s->a, &sched->entries, &sched->n, dr->name,
                       want == 0 ? attr_bool(s->a, true) : want == 1 ? vals[0] : attr_array(s->a, want, vals));

@@ -419,20 +419,43 @@ static Op *postprocess_kernel(Builder *outer, const Op *op, Op *mainl, Value **q
     return post;
 }
 
+/* The key-tile kernel's query rows and key rows: the schedule's
+ * backward_tile, else the target's default for the head dim. */
+static void backward_tile(const PassContext *ctx, const Op *func, int64_t D, int64_t *BM, int64_t *BN) {
+    Attr *tile = schedule_directive(func, ctx->arch, SCHED_BACKWARD_TILE);
+    const Target *t = target_lookup(ctx->arch);
+    const int64_t *def = D <= 64 && t->bwd_tile_d64[0] ? t->bwd_tile_d64 : t->bwd_tile;
+    *BM = tile ? tile->elems[0]->i : def[0];
+    *BN = tile ? tile->elems[1]->i : def[1];
+}
+
+/* The grid of a kernel with a program per `rows` query rows of one
+ * (batch, head): [ceil(Nq / rows), B·Hq]. */
+static void query_grid(Builder *b, const Type *qt, int64_t rows, Value **grid) {
+    grid[0] = b_ceildiv(b, b_dim(b, qt->dims[2]), rows);
+    grid[1] = b_bin(b, OP_MUL, b_dim(b, qt->dims[0]), b_dim(b, qt->dims[1]));
+    grid[2] = b_index(b, 1);
+}
+
+/* The preprocess's and postprocess's query rows a program: row kernels,
+ * each row's D or dQ independent of the key-tile kernel's tiles. */
+enum { ROW_KERNEL_ROWS = 64 };
+
 bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     bool deterministic = schedule_directive(func, ctx->arch, SCHED_DETERMINISTIC) != NULL;
     const Type *qt = op->operands[0]->type, *vt = op->operands[2]->type;
     if (qt->dims[3].sym || vt->dims[3].sym)
         return true;   /* symbolic head dims: the frontend never makes these */
     Arena *a = ctx->arena;
-    const int64_t BM = 64, BN = 64, D = qt->dims[3].size, DV = vt->dims[3].size;
-    Dim Bd = qt->dims[0], Hq = qt->dims[1], Nq = qt->dims[2];
+    const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
+    int64_t BM, BN;
+    backward_tile(ctx, func, D > DV ? D : DV, &BM, &BN);
     Builder outer = {a, NULL, NULL, op->loc};
     Block tmp = {0};
     outer.blk = &tmp;
-    Value *qgrid[3] = {b_ceildiv(&outer, b_dim(&outer, Nq), BM), b_bin(&outer, OP_MUL, b_dim(&outer, Bd), b_dim(&outer, Hq)),
-                       b_index(&outer, 1)};
-    Op *pre = preprocess_kernel(&outer, op, qgrid, BM);
+    Value *rgrid[3];
+    query_grid(&outer, qt, ROW_KERNEL_ROWS, rgrid);
+    Op *pre = preprocess_kernel(&outer, op, rgrid, ROW_KERNEL_ROWS);
     block_append(&tmp, pre);
     PtrVec side = {0};
     collect_side_tensors(op, a, &side);
@@ -442,18 +465,21 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);   /* dot-hoist's switch */
     if (overlap)
         op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, overlap->i));
-    Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, BN) : mainl;   /* (dk, dv its results 0, 1) */
+    Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, ROW_KERNEL_ROWS) : mainl;   /* (dk, dv its results 0, 1) */
     if (kv != mainl)
         block_append(&tmp, kv);
     Op *post;
     if (deterministic) {
         /* 16-bit Q and dO tiles, and K and V tiles per key segment (up to
-         * three loops): 32 keys where 64 would not fit (sm_70 at head dim 128) */
+         * three loops): half the keys where they would not fit (sm_70 at
+         * head dim 128) */
         int64_t smem = 2 * (BM * (D + DV) + 3 * BN * (D + DV));
         int64_t dq_bn = smem > target_lookup(ctx->arch)->smem_limit ? BN / 2 : BN;
-        post = dq_kernel(ctx, &outer, op, qgrid, pre->results[0], &side, BM, dq_bn);
+        Value *dgrid[3];
+        query_grid(&outer, qt, BM, dgrid);
+        post = dq_kernel(ctx, &outer, op, dgrid, pre->results[0], &side, BM, dq_bn);
     } else {
-        post = postprocess_kernel(&outer, op, mainl, qgrid, BM);
+        post = postprocess_kernel(&outer, op, mainl, rgrid, ROW_KERNEL_ROWS);
     }
     block_append(&tmp, post);
     replace_with(ctx, op, &tmp, (Value *[]){post->results[0], kv->results[0], kv->results[1]});

@@ -51,7 +51,11 @@ typedef struct Target {
     /* the same under a band that follows the row (causal, windows), for
      * f32 accumulation without a score hook */
     int64_t attn_tile_d128_band[2];
-    AttnShortTile attn_short[2];   /* the first whose max_d the head dim does not pass */
+    AttnShortTile attn_short[2];
+    /* the backward's key-tile kernel: query rows x key rows, at head dims
+     * up to 64 ({0, 0}: bwd_tile) and over (the two equal: the kernel
+     * keeps every tile in one row layout, schedule.def's SD_EQUAL) */
+    int64_t bwd_tile[2], bwd_tile_d64[2];   /* the first whose max_d the head dim does not pass */
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t gemm_group;            /* GEMM programs start in groups of this many row tiles (tiling.c
                                       gemm_tile_of; 0 or 1: row tile by row tile) */
