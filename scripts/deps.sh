@@ -4,7 +4,7 @@
 # lit), clang + libFuzzer for the fuzz target. Installs only what is missing.
 set -eu
 PKGS="build-essential cmake flex bison llvm-19-dev llvm-19-tools clang libclang-rt-14-dev
-      python3 python3-pip zlib1g-dev libzstd-dev pkg-config"
+      python3 python3-pip python3-venv zlib1g-dev libzstd-dev pkg-config"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

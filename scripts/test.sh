@@ -24,6 +24,20 @@ printf 'cmake_minimum_required(VERSION 3.20)\nproject(u C)\nfind_package(attnrt 
 cmake -S build/install-user -B build/install-user/build -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/install-user/build >/dev/null
 
+echo "==> pip: build the wheel, install it into a clean virtual environment, compile an example with it"
+rm -rf build/wheel build/wheel-venv
+python3 -m venv build/wheel-venv
+build/wheel-venv/bin/pip wheel -q --no-deps -w build/wheel .
+build/wheel-venv/bin/pip install -q build/wheel/attnc-*.whl
+(cd build/wheel && ../wheel-venv/bin/python - "$PWD/../../examples/mha.attn" <<'PY'
+import os, sys, attnc
+site = os.path.dirname(attnc.__file__)
+assert attnc.find_attnc().startswith(site), f"attnc from {attnc.find_attnc()}, not the wheel's ({site})"
+attnc.compile(sys.argv[1], arch="sm_90a", output="mha.ptx", cache=False)
+print(f"wheel: {os.path.basename(attnc.find_attnc())} in {site} compiled mha.attn ({os.path.getsize('mha.ptx')} bytes of PTX)")
+PY
+)
+
 echo "==> build and test with ASan + UBSan"
 sh scripts/build.sh build-asan -DATTNC_SANITIZE=ON
 ctest --test-dir build-asan --output-on-failure
