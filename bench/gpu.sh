@@ -65,6 +65,11 @@ if has sm_80; then
   python3 bench/train_gpt.py --kit $KIT --out "$OUT/train" > "$OUT/train.txt" 2>&1 || status=1
   note "$(tail -1 "$OUT/train.txt")"
 fi
+if has sm_90a; then
+  step "a transformers Llama's training step, attnc against SDPA (loss, gradients, step time)"
+  python3 bench/train_llama.py --kit $KIT --out "$OUT/llama" > "$OUT/llama.txt" 2>&1 || status=1
+  note "llama: $(grep -E '^training step' "$OUT/llama.txt") $(tail -1 "$OUT/llama.txt")"
+fi
 
 step "embed (C, libattnrt only)"
 for arch in $archs; do

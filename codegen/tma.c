@@ -1,8 +1,9 @@
 /* tma.c — TMA (sm_90a): tile.copy_async {nv.copy = "tma"} as
  * cp.async.bulk.tensor over tensor maps the runtime encodes, the full and
  * empty mbarriers of each stage of the buffers TMA fills, their waits, and
- * tile.store {nv.store = "tma"} through a swizzled shared buffer. The
- * cp.async half is cp_async.c. */
+ * tile.store and tile.atomic_add {nv.store = "tma"} through a swizzled
+ * shared buffer (a bulk tensor store, or a bulk reduce-add). The cp.async
+ * half is cp_async.c. */
 #include "codegen/lower.h"
 
 #include <string.h>
@@ -25,6 +26,10 @@
  * read (tma_release), and the producer waits for that before it issues. */
 
 enum { TMA_PANEL = 64 };   /* columns of a box: 128 bytes of 16-bit elements, the swizzle span */
+
+/* The columns of a store's box: 128 bytes, the swizzle span (64 16-bit
+ * elements, 32 f32 ones). */
+static int64_t panel_cols(ScalarKind elem) { return 128 / esize(elem); }
 
 static LLVMValueRef ptr_i32(Cg *cg, LLVMValueRef p) { return LLVMBuildPtrToInt(cg->b, p, cg->i32, ""); }
 
@@ -61,23 +66,23 @@ bool tma_collect(Cg *cg, const Block *blk) {
             for (int k = 0; k < op->regions[r].nblocks; k++)
                 if (!tma_collect(cg, op->regions[r].blocks[k]))
                     return false;
-        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy")
-                  : op->kind == OP_STORE      ? op_attr(op, "nv.store")
-                                              : NULL;
+        bool store = op->kind == OP_STORE || op->kind == OP_ATOMIC_ADD;
+        Attr *how = op->kind == OP_COPY_ASYNC ? op_attr(op, "nv.copy") : store ? op_attr(op, "nv.store") : NULL;
         if (!how || strcmp(how->s, "tma") != 0)
             continue;
         /* a copy's box is its stage [rows, cols]; a store's, the rows one
-         * thread stores of its tile (tma_store) */
+         * thread stores of its tile (tma_store) by a 128-byte panel */
         const Value *src = op->operands[0];
         const Type *st = src->type, *tt = op->operands[1]->type;
-        int64_t rows = op->kind == OP_STORE ? tma_store_rows(cg, tt->dims[0].size) : tt->dims[1].size;
-        int64_t cols = op->kind == OP_STORE ? tt->dims[1].size : tt->dims[2].size;
+        int64_t rows = store ? tma_store_rows(cg, tt->dims[0].size) : tt->dims[1].size;
+        int64_t cols = store ? tt->dims[1].size : tt->dims[2].size;
+        int64_t panel = store ? panel_cols(st->elem) : TMA_PANEL;
         Attr *dims = op_attr(op, "dims");
         int arg = -1;
         for (int i = 3; i < top->nargs; i++)
             if (top->args[i] == src)
                 arg = i - 3;
-        if (arg < 0 || st->rank > 5 || tt->rank != (op->kind == OP_STORE ? 2 : 3) || cols % TMA_PANEL || rows > 256 ||
+        if (arg < 0 || st->rank > 5 || tt->rank != (store ? 2 : 3) || cols % panel || rows > 256 ||
             !dims || dims->n != 2 || dims->elems[1]->i != st->rank - 1)
             return cg_err(cg, op, "internal error: a TMA copy or store needs a box of rows of a kernel parameter's "
                                   "innermost dim, at most 256 rows of 64k columns (run sm90a-layout)", NULL),
@@ -86,7 +91,7 @@ bool tma_collect(Cg *cg, const Block *blk) {
         for (int d = 0; d < st->rank; d++)
             m.box[d] = 1;
         m.box[dims->elems[0]->i] = rows;
-        m.box[st->rank - 1] = TMA_PANEL;
+        m.box[st->rank - 1] = panel;
         bool seen = false;
         for (int j = 0; j < cg->hopper.ntmaps; j++)
             seen |= memcmp(&cg->hopper.tmaps[j], &m, sizeof m) == 0;
@@ -153,7 +158,7 @@ static LLVMValueRef stage_bit(Cg *cg, LLVMValueRef stage) {
 
 /* A box's coordinates as cp.async.bulk.tensor takes them: innermost first
  * (as the tensor map lists its dims), 32-bit, the innermost moved to the
- * 64-column panel that starts at column c0. */
+ * panel that starts at column c0. */
 static void box_coords(Cg *cg, const LLVMValueRef *co, int rank, int64_t c0, LLVMValueRef *out) {
     for (int d = 0; d < rank; d++) {
         LLVMValueRef c = co[rank - 1 - d];
@@ -267,29 +272,80 @@ void tma_copy(Cg *cg, const Op *op) {
 /* tile.store {nv.store = "tma"} (sm90a-layout; FlashAttention-3's
  * epilogue): the threads write the tile into a 128-byte-swizzled shared
  * buffer (what the map's SWIZZLE_128B reads), fence it for the async proxy
- * and meet; then one thread stores it, a cp.async.bulk.tensor per 64-column
- * panel (rows past the tensor's end are not written: TMA clips the box),
- * and commits the stores as a bulk group. Where each warpgroup owns 64 rows
- * of the tile (wgmma's accumulators) it does this for its rows alone, in
- * a slab of the buffer of its own, meeting on its own named barrier: a
- * warpgroup done with a tile stores its rows and goes on without waiting
- * for the others (emit_tiles). Nobody waits for the store here: the warps
- * go on (a persistent block to its next tile) while TMA reads the buffer.
- * tma_store_wait waits until it has: before the slab is written again (a
- * persistent block's next tile, which then meets once more), before its
- * memory is reused and before the kernel returns (drain). */
+ * and meet; then one thread stores it, a cp.async.bulk.tensor per 128-byte
+ * panel (64 16-bit columns; rows past the tensor's end are not written:
+ * TMA clips the box), and commits the stores as a bulk group. Where each
+ * warpgroup owns 64 rows of the tile (wgmma's accumulators) it does this
+ * for its rows alone, in a slab of the buffer of its own, meeting on its
+ * own named barrier: a warpgroup done with a tile stores its rows and goes
+ * on without waiting for the others (emit_tiles). Nobody waits for the
+ * store here: the warps go on (a persistent block to its next tile) while
+ * TMA reads the buffer. tma_store_wait waits until it has: before the slab
+ * is written again (a persistent block's next tile, or the next trip of
+ * the loop the store is in, which then meets once more), before its memory
+ * is reused and before the kernel returns (drain).
+ *
+ * tile.atomic_add {nv.store = "tma"} is the same with an f32 tile and a
+ * bulk reduce-add (cp.reduce.async.bulk.tensor .add, 32-column panels):
+ * the TMA unit adds the slab into global memory at L2, one instruction a
+ * panel instead of an atomic a element (FlashAttention-3's dQ). */
 void tma_store_wait(Cg *cg) {
     if (cg->hopper.tma_stores)   /* (a thread that committed no group passes at once) */
         cg_asm(cg, "cp.async.bulk.wait_group.read 0;", "~{memory}", LLVMVoidTypeInContext(cg->ctx), NULL, 0);
 }
 
 /* The threads a TMA store's slab is written by meet (its warpgroup, or
- * every thread that computes). */
+ * every thread that computes; every thread where no warpgroup has a named
+ * barrier of its own: a launch without warp specialisation). */
 static void slab_barrier(Cg *cg, bool per_warpgroup) {
-    if (per_warpgroup)
+    if (per_warpgroup && cg->hopper.role != ROLE_ALL)
         named_barrier(cg, "sync", NB_WARPGROUP, warpgroup_of(cg), 128);
     else
         cg_barrier(cg);
+}
+
+/* The offset of (row, col) in a slab of 128-byte-swizzled panels of
+ * 32-bit elements (what SWIZZLE_128B reads for an f32 box of 32 columns):
+ * 16-byte chunks of 4 elements, chunk c of row r at c ^ (r % 8). */
+static LLVMValueRef smem_offset32(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t panel_rows) {
+    LLVMValueRef panel = LLVMBuildLShr(cg->b, col, ci64(cg, 5), "");
+    LLVMValueRef chunk = LLVMBuildXor(cg->b, LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, col, ci64(cg, 2), ""), ci64(cg, 7), ""),
+                                      LLVMBuildAnd(cg->b, row, ci64(cg, 7), ""), "");
+    LLVMValueRef off = add(cg, mul(cg, panel, ci64(cg, panel_rows * 32)), mul(cg, row, ci64(cg, 32)));
+    return add(cg, add(cg, off, LLVMBuildShl(cg->b, chunk, ci64(cg, 2), "")), LLVMBuildAnd(cg->b, col, ci64(cg, 3), ""));
+}
+
+/* Writes this thread's elements of the tile into its slab (16-bit pairs as
+ * one 32-bit store, f32 pairs as one 64-bit store: each pair lies in one
+ * 16-byte chunk of the swizzle). */
+static void write_slab(Cg *cg, Dist *d, ScalarKind elem, LLVMValueRef own_base, int64_t slab, bool per_warpgroup) {
+    int64_t rows = d->rows, cols = d->cols;
+    Pos *ps;
+    int n = positions(cg, rows, cols, &ps);
+    LLVMBasicBlockRef join = if_begin(cg, tile_owner(cg, rows, cols));
+    for (int k = 0; k < n; k++) {
+        LLVMValueRef row, col;
+        coords(cg, ps[k], rows, cols, &row, &col);
+        LLVMValueRef in_slab = per_warpgroup ? LLVMBuildAnd(cg->b, row, ci64(cg, slab - 1), "") : row;
+        LLVMValueRef at = gep(cg, elem, own_base,
+                              esize(elem) == 4 ? smem_offset32(cg, in_slab, col, slab)
+                                               : smem_offset(cg, in_slab, col, cols, slab, 128));
+        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, elem);
+        bool pair = pos_pair(ps, k, n);
+        if (pair && esize(elem) == 2) {
+            LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, elem);
+            store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v, v1), cg->i32, ""), at);
+            k++;
+        } else if (pair && esize(elem) == 4) {
+            LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, elem);
+            LLVMValueRef args[3] = {ptr_i32(cg, at), v, v1};
+            cg_asm(cg, "st.shared.v2.f32 [$0], {$1, $2};", "r,f,f,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 3);
+            k++;
+        } else {
+            store_elem(cg, elem, v, at);
+        }
+    }
+    if_end(cg, join);
 }
 
 void tma_store(Cg *cg, const Op *op) {
@@ -297,7 +353,8 @@ void tma_store(Cg *cg, const Op *op) {
     Dist *d = m ? as_dist(cg, op, op->operands[1]) : NULL;
     if (!d)
         return;
-    int64_t rows = d->rows, cols = d->cols, slab = tma_store_rows(cg, rows);
+    bool reduce = op->kind == OP_ATOMIC_ADD;
+    int64_t rows = d->rows, cols = d->cols, slab = tma_store_rows(cg, rows), panel = panel_cols(m->elem);
     bool per_warpgroup = store_per_warpgroup(cg, rows);
     int row_dim = (int)op_attr(op, "dims")->elems[0]->i, rank = m->rank;
     int map = tmap_of(cg, op, op->operands[0], row_dim, slab);
@@ -309,30 +366,14 @@ void tma_store(Cg *cg, const Op *op) {
     /* this thread's slab: rows [first, first + slab) */
     LLVMValueRef first = per_warpgroup ? zext64(cg, LLVMBuildMul(cg->b, warpgroup_of(cg), ci32(cg, slab), "")) : ci64(cg, 0);
     LLVMValueRef own_base = gep(cg, m->elem, base, mul(cg, first, ci64(cg, cols)));
-    if (cg->hopper.persistent) {   /* the last tile's store (this op's) may still be reading the slab */
+    /* the store this op made last (a persistent block's last tile, or the
+     * last trip of the loop it is in) may still be reading the slab */
+    if (cg->hopper.persistent || op->parent != cg->spec->launch->regions[0].blocks[0]) {
         cg->hopper.tma_stores = true;   /* (issued at run time, though not yet emitted) */
         tma_store_wait(cg);
         slab_barrier(cg, per_warpgroup);
     }
-    Pos *ps;
-    int n = positions(cg, rows, cols, &ps);
-    LLVMValueRef own = tile_owner(cg, rows, cols);
-    LLVMBasicBlockRef join = if_begin(cg, own);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef row, col;
-        coords(cg, ps[k], rows, cols, &row, &col);
-        LLVMValueRef in_slab = per_warpgroup ? LLVMBuildAnd(cg->b, row, ci64(cg, slab - 1), "") : row;
-        LLVMValueRef at = gep(cg, m->elem, own_base, smem_offset(cg, in_slab, col, cols, slab, 128));
-        LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, m->elem);
-        if (esize(m->elem) == 2 && pos_pair(ps, k, n)) {   /* (in one 16-byte chunk of the swizzle) */
-            LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, m->elem);
-            store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v, v1), cg->i32, ""), at);
-            k++;
-        } else {
-            store_elem(cg, m->elem, v, at);
-        }
-    }
-    if_end(cg, join);
+    write_slab(cg, d, m->elem, own_base, slab, per_warpgroup);
     proxy_fence(cg);
     slab_barrier(cg, per_warpgroup);
     LLVMValueRef co[8];
@@ -340,11 +381,12 @@ void tma_store(Cg *cg, const Op *op) {
     LLVMValueRef issuer = per_warpgroup ? LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, cg->tid, ci32(cg, 127), ""),
                                                         ci32(cg, 0), "")
                                         : thread0(cg);
-    join = if_begin(cg, issuer);
+    LLVMBasicBlockRef join = if_begin(cg, issuer);
     LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->hopper.tmap_param[map], cg->i64, "");
     StrBuf text;
     strbuf_open(&text);
-    fprintf(text.f, "cp.async.bulk.tensor.%dd.global.shared::cta.bulk_group [$0, {", rank);
+    fprintf(text.f, reduce ? "cp.reduce.async.bulk.tensor.%dd.global.shared::cta.add.tile.bulk_group [$0, {"
+                           : "cp.async.bulk.tensor.%dd.global.shared::cta.bulk_group [$0, {", rank);
     for (int i = 0; i < rank; i++)
         fprintf(text.f, "%s$%d", i ? ", " : "", 2 + i);
     fprintf(text.f, "}], [$1];");
@@ -353,10 +395,10 @@ void tma_store(Cg *cg, const Op *op) {
     for (int i = 0; i < rank; i++)
         strcat(cons, ",r");
     strcat(cons, ",~{memory}");
-    for (int64_t c0 = 0; c0 < cols; c0 += TMA_PANEL) {
+    for (int64_t c0 = 0; c0 < cols; c0 += panel) {
         LLVMValueRef args[7];
         args[0] = tmap;
-        args[1] = ptr_i32(cg, gep(cg, m->elem, own_base, ci64(cg, c0 * slab)));   /* panel c0/64 */
+        args[1] = ptr_i32(cg, gep(cg, m->elem, own_base, ci64(cg, c0 * slab)));   /* panel c0 / panel */
         box_coords(cg, co, rank, c0, args + 2);
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 2 + rank);
     }

@@ -45,6 +45,39 @@ static bool tma_box_ok(const Block *top, const Value *src, const Attr *dims, int
            dims->elems[0]->i >= 0 && dims->elems[0]->i < inner && rows <= 256 && cols % 64 == 0;
 }
 
+/* The same for a bulk reduce-add of an f32 tile (32-column panels of 128
+ * bytes) into a tensor the kernel takes. */
+static bool tma_reduce_ok(const Block *top, const Op *add) {
+    const Value *dst = add->operands[0];
+    const Type *st = dst->type, *t = add->operands[1]->type;
+    Attr *dims = op_attr(add, "dims");
+    bool param = false;
+    for (int i = 3; i < top->nargs; i++)
+        param |= top->args[i] == dst;
+    int inner = st->rank - 1;
+    return param && st->rank <= 5 && st->elem == SK_F32 && t->elem == SK_F32 && t->kind == TY_TILE && t->rank == 2 &&
+           !t->dims[0].sym && !t->dims[1].sym && !st->dims[inner].sym && st->dims[inner].size * 4 % 16 == 0 && dims &&
+           dims->n == 2 && dims->elems[1]->i == inner && dims->elems[0]->i >= 0 && dims->elems[0]->i < inner &&
+           t->dims[0].size <= 256 && t->dims[1].size % 32 == 0;
+}
+
+/* In a launch that copies by TMA, a tile added whole into an f32 tensor the
+ * kernel takes (the backward's dQ accumulator) is added by TMA: the
+ * threads write it to a swizzled shared slab and one thread issues a bulk
+ * reduce-add per panel (nv.store = "tma", codegen's tma_store), instead
+ * of an atomic a element (FlashAttention-3's dQ). Inside the loop too:
+ * codegen waits for the last trip's reduction before it writes the slab
+ * again. */
+static void tma_reductions(Arena *a, const Block *top, const Block *blk) {
+    for (Op *op = blk->first; op; op = op->next) {
+        if (op->kind == OP_ATOMIC_ADD && tma_reduce_ok(top, op))
+            op_set_attr(a, op, "nv.store", attr_str(a, "tma"));
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                tma_reductions(a, top, op->regions[r].blocks[k]);
+    }
+}
+
 static bool tma_copy_ok(const Block *top, const Op *op) {
     const Type *dt = op->operands[1]->type;
     const Op *alloc = op->operands[1]->def;
@@ -262,6 +295,7 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
     if (!tma_copies(body, body, &ncopies) || !ncopies)
         return false;
     annotate_tma(a, body);
+    tma_reductions(a, body, body);
     /* warp specialisation: a producer warpgroup issues the copies.
      * Default (measured on the H200, bench/results/2026-12-01-h200/NOTES.md):
      * on for attention with 128-wide score tiles, outputs wider than 128

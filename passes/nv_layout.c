@@ -459,22 +459,28 @@ static void partial_row_sums(Arena *a, Op *launch) {
 }
 
 
-/* The shared memory a launch's 16-bit buffers take (its swizzled allocs,
- * the tiles TMA stores through a buffer of their own), and 4 KiB for its
- * mbarriers and row vectors, as tiling's fit_keys counts. */
-int64_t nv_buffer_bytes(const Block *body) {
-    int64_t bytes = 4096;
-    for (const Op *op = body->first; op; op = op->next) {
+/* The shared memory a launch's buffers take (its swizzled allocs, the
+ * tiles TMA stores or adds through a slab of their own, in loops too), and
+ * 4 KiB for its mbarriers and row vectors, as tiling's fit_keys counts. */
+static int64_t buffer_bytes(const Block *blk) {
+    int64_t bytes = 0;
+    for (const Op *op = blk->first; op; op = op->next) {
         const Type *t = op->kind == OP_ALLOC && op_attr(op, "nv.swizzle") ? op->results[0]->type
-                        : op->kind == OP_STORE && op_attr(op, "nv.store")   ? op->operands[1]->type
-                                                                            : NULL;
-        int64_t n = 2;
+                        : (op->kind == OP_STORE || op->kind == OP_ATOMIC_ADD) && op_attr(op, "nv.store")
+                            ? op->operands[1]->type
+                            : NULL;
+        int64_t n = !t ? 0 : is_16bit(t->elem) ? 2 : 4;   /* (16-bit tiles, or f32 ones added by TMA) */
         for (int d = 0; t && d < t->rank; d++)
             n *= t->dims[d].size;
-        bytes += t ? n : 0;
+        bytes += n;
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                bytes += buffer_bytes(op->regions[r].blocks[k]);
     }
     return bytes;
 }
+
+int64_t nv_buffer_bytes(const Block *body) { return 4096 + buffer_bytes(body); }
 
 static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;

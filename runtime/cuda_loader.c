@@ -236,9 +236,9 @@ int cuda_synchronize(void) {
 }
 
 /* CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h) */
-enum { TMAP_F16 = 6, TMAP_BF16 = 9, TMAP_SWIZZLE_128B = 3, TMAP_L2_256B = 3 };
+enum { TMAP_F16 = 6, TMAP_F32 = 7, TMAP_BF16 = 9, TMAP_SWIZZLE_128B = 3, TMAP_L2_256B = 3 };
 
-int cuda_tensor_map(void *map, int bf16, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
+int cuda_tensor_map(void *map, int dtype, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
                     const unsigned *box, const char *what) {
     int rc = ready();
     if (rc)
@@ -248,7 +248,8 @@ int cuda_tensor_map(void *map, int bf16, int rank, void *addr, const uint64_t *d
                                                    "driver or newer)");
     unsigned ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     /* interleave none, out-of-bounds elements read as zero */
-    return check(cu.cuTensorMapEncodeTiled(map, bf16 ? TMAP_BF16 : TMAP_F16, (unsigned)rank, addr, dims, strides, box,
+    int type = dtype == ATTNRT_BF16 ? TMAP_BF16 : dtype == ATTNRT_F32 ? TMAP_F32 : TMAP_F16;
+    return check(cu.cuTensorMapEncodeTiled(map, type, (unsigned)rank, addr, dims, strides, box,
                                            ones, 0, TMAP_SWIZZLE_128B, TMAP_L2_256B, 0),
                  "cuTensorMapEncodeTiled", what);
 }

@@ -20,8 +20,9 @@ int cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
 int cuda_memset(void *dst, unsigned char byte, size_t bytes);
 int cuda_memset_async(void *dst, unsigned char byte, size_t bytes, void *stream);   /* ordered in the stream */
 int cuda_synchronize(void);
-/* A CUtensorMap (128 bytes, 64-byte aligned) over a 16-bit tensor for TMA:
+/* A CUtensorMap (128 bytes, 64-byte aligned) over a tensor of dtype (an
+ * attnrt_dtype: f16, bf16 or f32) for TMA:
  * dims and box innermost first, strides in bytes of dims 1.., SWIZZLE_128B. */
-int cuda_tensor_map(void *map, int bf16, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
+int cuda_tensor_map(void *map, int dtype, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
                     const unsigned *box, const char *what);
 #endif

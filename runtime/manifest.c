@@ -278,8 +278,8 @@ static int entry_tmap(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     if (tm->tensor < 0)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s'", lineno, tensor);
     const TensorSpec *ts = &cur->tensors[tm->tensor];
-    if (ts->dtype != ATTNRT_F16 && ts->dtype != ATTNRT_BF16)
-        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tmap of a %s tensor (TMA maps f16 and bf16)", lineno,
+    if (ts->dtype != ATTNRT_F16 && ts->dtype != ATTNRT_BF16 && ts->dtype != ATTNRT_F32)
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tmap of a %s tensor (TMA maps f16, bf16 and f32)", lineno,
                     attnrt_dtype_name(ts->dtype));
     if (strcmp(swizzle, "128") != 0)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: swizzle=%s is not known to this runtime", lineno,

@@ -58,6 +58,16 @@ int main(int argc, char **argv) {
     report("tmap-box-size", attnrt_load_data(tmap_big, sizeof tmap_big - 1, &m));
     const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
     report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
+    /* f32 tensors take maps too (the backward's accumulators, added into by bulk reduce-adds); i32 ones do not */
+#define TMAP_TYPED(T) "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
+                      "// tensor role=in name=a dtype=" T " shape=N,64\n" \
+                      "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=a\n// tmap kernel=b_k0 tensor=a box=64,32 swizzle=128\n// end\n"
+    const char tmap_f32[] = TMAP_TYPED("f32");
+    report("tmap-f32", attnrt_load_data(tmap_f32, sizeof tmap_f32 - 1, &m));
+    attnrt_unload(m);
+    m = NULL;
+    const char tmap_i32[] = TMAP_TYPED("i32");
+    report("tmap-i32", attnrt_load_data(tmap_i32, sizeof tmap_i32 - 1, &m));
     /* persistent=counter: blocks that loop over the grid's x and y (sm_90a), so z must be 1;
      * another kind (an older attnc's persistent=1 took no tile counter) is refused */
 #define PERSISTENT_HEAD "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n" \
