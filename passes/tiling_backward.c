@@ -64,12 +64,13 @@ static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
  * shape) broadcasts what a hook yields to the full tile. */
 typedef struct BwdScores {
     Value *pre, *p;   /* the scores before the hook (for its derivative); P in f32 */
+    Value *valid;     /* the scores the bounds and the mask leave visible, or NULL: every one */
 } BwdScores;
 
 static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Value *bi, Value *h, Value *i,
                             Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
     ScalarKind acc = s->type->elem;
-    BwdScores r = {s, NULL};
+    BwdScores r = {s, NULL, NULL};
     if (op->regions[0].nblocks) {
         Value *hargs[5] = {b_cast(b, s, SK_F32), bi, h, i, j};
         s = b_cast(b, b_bin(b, OP_ADD, vectorise(b, op->regions[0].blocks[0], hargs, memrefs), zeros), acc);
@@ -86,17 +87,23 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Va
     }
     if (valid)
         s = b_select(b, valid, s, b_float(b, acc, -INFINITY));
+    r.valid = valid;
     r.p = b_unary(b, OP_EXP, b_bin(b, OP_SUB, b_cast(b, s, SK_F32), lse));
     return r;
 }
 
-/* dS = P ∘ (dP − D) ∘ score'(S before the hook), in f32. */
+/* dS = P ∘ (dP − D) ∘ score'(S before the hook), in f32. A hidden score
+ * (past Nk or Nq, or masked) has P = 0 but its hook's derivative may be
+ * infinite there (s / temp[j] with temp read as 0 past its end, sqrt(|s|)
+ * at s = 0), and 0 · ∞ is NaN: its dS is selected to 0, not multiplied. */
 static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, Value *dp, Value *delta, Value *bi,
                           Value *h, Value *i, Value *j, Value *zeros) {
     Value *ds = b_bin(b, OP_MUL, sc.p, b_bin(b, OP_SUB, dp, delta));
     if (op->regions[1].nblocks) {
         Value *hargs[5] = {b_cast(b, sc.pre, SK_F32), bi, h, i, j};
         ds = b_bin(b, OP_MUL, ds, b_bin(b, OP_ADD, vectorise(b, op->regions[1].blocks[0], hargs, memrefs), zeros));
+        if (sc.valid)
+            ds = b_select(b, sc.valid, ds, b_float(b, SK_F32, 0));
     }
     return ds;
 }
