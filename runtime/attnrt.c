@@ -55,7 +55,7 @@ static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const 
             strides[i - 1] = stride;
         stride *= dims[i];
     }
-    char what[192];
+    char what[sizeof k->name + sizeof ts->name + 32];   /* room for both names whole */
     snprintf(what, sizeof what, "(kernel %s, tensor '%s')", k->name, ts->name);
     tm->ptr = NULL;
     _Alignas(64) uint64_t map[16];   /* CUtensorMap's alignment */

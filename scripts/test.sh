@@ -4,6 +4,7 @@
 #   build-asan/   the same suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   build-fuzz/   the libFuzzer target, FUZZ_SECONDS (default 60) from a seed
 #                 corpus of the examples and test inputs; any crash fails
+#   build-debug/  a Debug build (-O0: gcc's other warnings), which must build too
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
@@ -37,6 +38,9 @@ attnc.compile(sys.argv[1], arch="sm_90a", output="mha.ptx", cache=False)
 print(f"wheel: {os.path.basename(attnc.find_attnc())} in {site} compiled mha.attn ({os.path.getsize('mha.ptx')} bytes of PTX)")
 PY
 )
+
+echo "==> a Debug build (-O0) builds too"
+sh scripts/build.sh build-debug -DCMAKE_BUILD_TYPE=Debug
 
 echo "==> build and test with ASan + UBSan"
 sh scripts/build.sh build-asan -DATTNC_SANITIZE=ON
