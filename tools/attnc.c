@@ -13,6 +13,7 @@
 #include "tools/tool.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 static const char usage[] =
     "usage: attnc FILE [options]\n"
@@ -32,7 +33,8 @@ static const char usage[] =
     "  -backward           also derive each attention block's backward, NAME.backward\n"
     "                      (its gradients: dq, dk, dv); the forward also saves lse\n"
     "  -print-loc          print each op's source location in the IR\n"
-    "  -split-input-file   compile each '# -----'-separated chunk on its own\n"
+    "  -split-input-file   compile each '# -----'-separated chunk on its own (PTX: not\n"
+    "                      into a file, which holds one module)\n"
     "  --help              print this help\n"
     "  --version           print the version\n";
 
@@ -94,6 +96,17 @@ static int parse_args(int argc, char **argv, Options *o, Diag *d) {
     bool ptx_file = olen > 4 && strcmp(o->output + olen - 4, ".ptx") == 0;
     if (o->emit == EMIT_DEFAULT)
         o->emit = arch_given || ptx_file ? EMIT_PTX : EMIT_IR;
+    /* each chunk is a PTX module of its own, and a file of several is no
+     * module ptxas or libattnrt can take: refused rather than written (to
+     * standard output, a device or a pipe they are shown, as MLIR's tools
+     * show split output) */
+    struct stat st;
+    bool to_file = o->output && strcmp(o->output, "-") != 0 && (stat(o->output, &st) != 0 || S_ISREG(st.st_mode));
+    if (o->split && o->emit == EMIT_PTX && to_file) {
+        diag_plain(d, "-split-input-file makes a PTX module per chunk, and '%s' can hold only one: compile each "
+                      "chunk on its own, or print them (-o -)", o->output);
+        return 1;
+    }
     return 0;
 }
 
