@@ -173,8 +173,10 @@ static void emit_dot(Cg *cg, const Op *op) {
     for (int j = 0; j < nacc; j++)
         fields[j] = et;
     LLVMTypeRef st = LLVMStructTypeInContext(cg->ctx, fields, (unsigned)nacc, false);
+    /* a k-step's fragments: two words a row block of A, a 16-column block of B */
+    typedef LLVMValueRef Frag[2];
+    Frag *afr = NEW_ARRAY(cg->a, Frag, cg->mrep), *bfr = NEW_ARRAY(cg->a, Frag, nb);
     for (int ks = 0; ks < K / 4; ks++) {
-        LLVMValueRef afr[8][2], bfr[64][2];
         const char *alay = "row", *blay = "row";
         for (int a = 0; a < cg->mrep; a++) {
             if (pfr) {

@@ -441,8 +441,12 @@ static void emit_dots(Cg *cg, const Op *const *ops, int ndots) {
     if (tight && d[0].blane.w->swizzle && !d[0].blane.w->trans) {   /* V's XOR is per column block */
         emit_dot_by_columns(cg, &d[0], ek, K, pfr);
     } else {
+        typedef LLVMValueRef Frag[4];   /* a k-step's fragments: a row block of A, a 16-column block of B */
+        int max_nb = 0;
+        for (int i = 0; i < ndots; i++)
+            max_nb = d[i].nb > max_nb ? d[i].nb : max_nb;
+        Frag *afr = NEW_ARRAY(cg->a, Frag, cg->mrep), *bfr = NEW_ARRAY(cg->a, Frag, max_nb);
         for (int ks = 0; ks < K / 16; ks++) {
-            LLVMValueRef afr[8][4], bfr[32][4];
             for (int a = 0; a < cg->mrep; a++) {
                 if (p) {
                     if (!tight && a == 0)
