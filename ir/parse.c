@@ -277,8 +277,8 @@ static bool parse_shape(Parser *ps, ScalarKind *elem, int *rank, Dim **dims) {
         Dim *d = NEW(ps->arena, Dim);
         if (ps->tok == T_INT && ps->ival > 0) {
             d->size = ps->ival;
-        } else if (ps->tok == T_IDENT) {
-            d->sym = ps->text;
+        } else if (ps->tok == T_IDENT || (ps->tok == T_FLOAT && isalpha((unsigned char)ps->text[0]))) {
+            d->sym = ps->text;   /* (a dimension may be named inf or nan, which elsewhere are floats) */
         } else {
             error_at(ps, ps->loc, "expected a positive size or a dimension name, saw %s", describe(ps));
             return false;
