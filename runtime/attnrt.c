@@ -110,9 +110,14 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         KernelSpec *k = &b->kernels[ki];
         if (k->when[0]) {   /* a variant for other sizes: not this call's */
             int64_t holds;
-            if (!eval_condition(k->when, &bd, &holds))
+            EvalStatus st = eval_condition(k->when, &bd, &holds);
+            char dims[256];
+            if (st == EVAL_BAD)
                 return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad when= expression '%s'", b->name, k->name,
                             k->when);
+            if (st == EVAL_OVERFLOW)
+                return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: when= '%s' overflows 64-bit integers at %s",
+                               b->name, k->name, k->when, binding_text(&bd, dims, sizeof dims));
             if (!holds)
                 continue;
         }

@@ -137,13 +137,15 @@ static int check_all(const Block *b, const attnrt_tensor *in, int nin, const att
             return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s is not bound by any input", b->name, b->dims[i]);
     for (int i = 0; i < b->nasserts; i++) {
         int64_t holds;
-        if (!eval_condition(b->asserts[i].expr, bd, &holds))
+        EvalStatus st = eval_condition(b->asserts[i].expr, bd, &holds);
+        char dims[256];
+        if (st == EVAL_BAD)
             return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s': bad check '%s'", b->name, b->asserts[i].expr);
+        if (st == EVAL_OVERFLOW)
+            return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s': the check '%s' overflows 64-bit integers at %s", b->name,
+                           b->asserts[i].expr, binding_text(bd, dims, sizeof dims));
         if (!holds) {
-            char dims[256] = "";
-            for (int d = 0; d < bd->n; d++)
-                snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%s = %lld", d ? ", " : "",
-                         bd->names[d], (long long)bd->values[d]);
+            binding_text(bd, dims, sizeof dims);
             return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s': %s (%s; the check is %s)", b->name,
                         b->asserts[i].message, dims, b->asserts[i].expr);
         }

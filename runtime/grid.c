@@ -3,6 +3,9 @@
  * for kernel grids, asserts and the conditions that choose a kernel. */
 #include "runtime/rt.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +14,19 @@
 typedef struct Expr {
     const char *p;
     Binding *bd;
-    bool bad;
+    bool bad;        /* not an expression */
+    bool overflow;   /* a step leaves 64-bit integers at these dims */
 } Expr;
+
+/* x op y, or e->overflow set (and 0) where the result leaves int64_t. */
+static int64_t checked(Expr *e, char op, int64_t x, int64_t y) {
+    int64_t r = 0;
+    bool over = op == '+' ? __builtin_add_overflow(x, y, &r)
+              : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                          : __builtin_mul_overflow(x, y, &r);
+    e->overflow |= over;
+    return over ? 0 : r;
+}
 
 static int64_t expr_sum(Expr *e);
 static int64_t expr_logic(Expr *e);
@@ -30,7 +44,9 @@ static int64_t expr_atom(Expr *e) {
     }
     if (*p >= '0' && *p <= '9') {
         char *end;
+        errno = 0;
         int64_t v = strtoll(p, &end, 10);
+        e->overflow |= errno == ERANGE;
         e->p = end;
         return v;
     }
@@ -73,9 +89,11 @@ static int64_t expr_prod(Expr *e) {
         char op = *e->p++;
         int64_t r = expr_atom(e);
         if (op == '*')
-            v *= r;
+            v = checked(e, '*', v, r);
         else if (r == 0)
             e->bad = true;
+        else if (v == INT64_MIN && r == -1)   /* the one quotient int64_t cannot hold (x % -1 is 0) */
+            v = op == '/' ? (e->overflow = true, 0) : 0;
         else
             v = op == '/' ? floordiv(v, r) : v - floordiv(v, r) * r;
     }
@@ -87,7 +105,7 @@ static int64_t expr_sum(Expr *e) {
     while (*e->p == '+' || *e->p == '-') {
         char op = *e->p++;
         int64_t r = expr_prod(e);
-        v = op == '+' ? v + r : v - r;
+        v = checked(e, op, v, r);
     }
     return v;
 }
@@ -124,21 +142,35 @@ static int64_t expr_logic(Expr *e) {
     return v;
 }
 
-/* A condition of the dims (an assert's, a kernel's when=) into *holds;
- * false: the text is not an expression. */
-bool eval_condition(const char *text, Binding *bd, int64_t *holds) {
-    Expr e = {text, bd, false};
+/* A condition of the dims (an assert's, a kernel's when=) into *holds:
+ * EVAL_OK, EVAL_BAD (the text is not an expression) or EVAL_OVERFLOW (a
+ * step leaves 64-bit integers at these dims). */
+EvalStatus eval_condition(const char *text, Binding *bd, int64_t *holds) {
+    Expr e = {text, bd, false, false};
     *holds = expr_logic(&e);
-    return !e.bad && !*e.p;
+    return e.bad || *e.p ? EVAL_BAD : e.overflow ? EVAL_OVERFLOW : EVAL_OK;
+}
+
+/* "N = 5, B = 2": the dims of a binding, for messages. */
+const char *binding_text(const Binding *bd, char *buf, size_t size) {
+    buf[0] = 0;
+    for (int d = 0; d < bd->n; d++)
+        snprintf(buf + strlen(buf), size - strlen(buf), "%s%s = %lld", d ? ", " : "", bd->names[d],
+                 (long long)bd->values[d]);
+    return buf;
 }
 
 int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
     for (int g = 0; g < 3; g++) {
-        Expr e = {k->grid[g], bd, false};
+        Expr e = {k->grid[g], bd, false, false};
         grid[g] = expr_sum(&e);
         if (e.bad || *e.p)
             return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad grid expression '%s'", b->name, k->name,
                         k->grid[g]);
+        char dims[256];
+        if (e.overflow)
+            return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: the grid size '%s' overflows 64-bit "
+                           "integers at %s", b->name, k->name, k->grid[g], binding_text(bd, dims, sizeof dims));
         /* y over 65,535 (B·H of a decode batch): launched in slices, below */
         int64_t most = g == 0 || (g == 1 && k->ysplit) ? 2147483647LL : 65535;
         if (grid[g] < 0 || grid[g] > most)

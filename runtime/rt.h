@@ -121,8 +121,10 @@ int validate_call(const attnrt_module *m, const char *block, const attnrt_tensor
 
 /* ---- expressions over the dims (grid.c) ---- */
 
-/* A condition's value under the binding (*holds); false when it is malformed. */
-bool eval_condition(const char *text, Binding *bd, int64_t *holds);
+/* A condition's value under the binding (*holds), whether malformed or overflowing. */
+typedef enum { EVAL_OK, EVAL_BAD, EVAL_OVERFLOW } EvalStatus;
+EvalStatus eval_condition(const char *text, Binding *bd, int64_t *holds);
+const char *binding_text(const Binding *bd, char *buf, size_t size);
 int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid);
 int64_t dim_value(Binding *bd, const Dim *d);   /* a declared dim's value under a complete binding */
 

@@ -157,6 +157,23 @@ int main(int argc, char **argv) {
     report("run-without-cuda", attnrt_run(m, "mha", in, 3, out, 1, NULL));
     report("malloc-without-cuda", attnrt_malloc(&(void *){0}, 16));
     attnrt_unload(m);
+    /* a check whose arithmetic leaves 64 bits at these dims (N = 5): an error that says so, not a SIGFPE
+     * (INT64_MIN / -1) or a wrapped value */
+#define CHECK_BLOCK(E) "// attnc-manifest 2\n// target name=sm_80\n// block name=c kind=attention\n// dims names=B,N\n" \
+                       "// tensor role=in name=q dtype=f16 shape=B,16,N,64\n// assert expr=" E " message=never\n// end\n"
+    const char *overflowing[] = {CHECK_BLOCK("(((N-5)-9223372036854775807-1)/(0-1))>0"),
+                                 CHECK_BLOCK("(N*9223372036854775807)>0"), CHECK_BLOCK("(N+9223372036854775807)>0"),
+                                 CHECK_BLOCK("(N-9223372036854775807-9)>0"), CHECK_BLOCK("(N-99999999999999999999)>0")};
+    for (int i = 0; i < (int)(sizeof overflowing / sizeof *overflowing); i++) {
+        m = NULL;
+        if (attnrt_load_data(overflowing[i], strlen(overflowing[i]), &m)) {
+            report("check-overflow-load", ATTNRT_ERROR_MANIFEST);
+            continue;
+        }
+        report("check-overflow", attnrt_validate(m, "c", in, 1, NULL, 0, 0));
+        attnrt_unload(m);
+    }
+    m = NULL;
     if (argc > 2) {
         if (attnrt_load_file(argv[2], &m)) {
             fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
