@@ -395,6 +395,11 @@ static int parse_manifest(attnrt_module *m) {
     }
     if (!header)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "no attnc manifest at the head of the PTX (was it written by attnc?)");
+    /* attnc ends each block with an end line: a manifest cut short (a
+     * partial copy, a cut file) stops inside a block */
+    if (cur)
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "the manifest stops inside block '%s' (line %d, no end line): it is cut "
+                       "short; compile the block again", cur->name, lineno);
     if (m->nblocks == 0)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "the manifest names no blocks");
     return ATTNRT_OK;

@@ -97,6 +97,11 @@ int main(int argc, char **argv) {
     report("zero-good", attnrt_load_data(zero_good, sizeof zero_good - 1, &m));
     attnrt_unload(m);
     m = NULL;
+    /* a manifest cut short inside its block (mid-line or between lines): refused, not loaded as it is */
+    const char cut_mid[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k";
+    report("cut-mid-line", attnrt_load_data(cut_mid, sizeof cut_mid - 1, &m));
+    const char cut_between[] = ZERO_HEAD;
+    report("cut-between-lines", attnrt_load_data(cut_between, sizeof cut_between - 1, &m));
     const char zero_bad[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp9\n";
     report("zero-unknown", attnrt_load_data(zero_bad, sizeof zero_bad - 1, &m));
     if (argc < 2 || attnrt_load_file(argv[1], &m)) {
