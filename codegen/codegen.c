@@ -114,6 +114,39 @@ static void print_tensor(FILE *f, const char *role, const char *name, const Type
     fputc('\n', f);
 }
 
+/* What libattnrt's manifest can hold (runtime/manifest.h): a block past its
+ * limits is refused here, at the block, rather than written for the
+ * runtime to refuse or misread. */
+static bool fits_manifest(Arena *a, Diag *d, const Op *func, const char *name, const PtrVec *dims, const Attr *ins,
+                          const Attr *outs) {
+    const char *why = NULL;
+    int ntensors = ins->n + (outs ? outs->n : 0);
+    enum { KERNEL_SUFFIX = 4 };   /* its kernels are named NAME_k0 ... NAME_k31 */
+    if (strlen(name) + KERNEL_SUFFIX >= MANIFEST_MAX_NAME)
+        why = arena_printf(a, "its name is %zu characters long; libattnrt takes block names of at most %d", strlen(name),
+                           MANIFEST_MAX_NAME - 1 - KERNEL_SUFFIX);
+    else if (dims->len > MANIFEST_MAX_DIMS)
+        why = arena_printf(a, "it has %d symbolic dimensions; libattnrt takes at most %d", dims->len,
+                           MANIFEST_MAX_DIMS);
+    else if (ntensors > MANIFEST_MAX_TENSORS)
+        why = arena_printf(a, "it has %d inputs and outputs; libattnrt takes at most %d tensors a block", ntensors,
+                           MANIFEST_MAX_TENSORS);
+    for (int i = 0; !why && i < ntensors; i++) {
+        const char *t = i < ins->n ? ins->elems[i]->s : outs->elems[i - ins->n]->s;
+        if (strlen(t) >= MANIFEST_MAX_NAME)
+            why = arena_printf(a, "the name of tensor '%.20s...' is %zu characters long; libattnrt takes names of at "
+                                  "most %d", t, strlen(t), MANIFEST_MAX_NAME - 1);
+    }
+    for (int i = 0; !why && i < dims->len; i++)
+        if (strlen(dims->items[i]) >= MANIFEST_MAX_NAME)
+            why = arena_printf(a, "the name of dimension '%.20s...' is %zu characters long; libattnrt takes names "
+                                  "of at most %d", (const char *)dims->items[i], strlen(dims->items[i]),
+                               MANIFEST_MAX_NAME - 1);
+    if (why)
+        op_diag(d, NULL, func, arena_printf(a, "codegen: block '%s' cannot be compiled: %s", name, why));
+    return !why;
+}
+
 /* One block (func): its kernels into mod, its manifest lines into man. */
 static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func,
                   FILE *man) {
@@ -130,6 +163,8 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
     }
     const Op *ret = NULL;
     for_each_op(op, body) if (op->kind == OP_RETURN) ret = op;
+    if (!fits_manifest(a, d, func, name, &dims, ins, outs))
+        return false;
     fprintf(man, "// block name=%s kind=%s\n// dims names=", name, kind ? kind->s : "-");
     for (int i = 0; i < dims.len; i++)
         fprintf(man, "%s%s", i ? "," : "", (const char *)dims.items[i]);
@@ -200,6 +235,12 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             for (int i = 0; !bn && ret && i < ret->noperands; i++)
                 if (ret->operands[i] == v)
                     bn = outs->elems[i]->s;
+            if (!bn && ins->n + (outs ? outs->n : 0) + nm.ntemps == MANIFEST_MAX_TENSORS) {
+                op_diag(d, NULL, func, arena_printf(a, "codegen: block '%s' cannot be compiled: with the temporaries "
+                                                       "its kernels pass each other it has more than %d tensors, "
+                                                       "libattnrt's limit", name, MANIFEST_MAX_TENSORS));
+                return false;
+            }
             if (!bn) {
                 bn = arena_printf(a, "tmp%d", nm.ntemps++);
                 print_tensor(man, "tmp", bn, v->type);

@@ -130,7 +130,9 @@ static int split_list(char *s, char sep, char **out, int max) {
     int n = 0;
     if (!*s || strcmp(s, "-") == 0)
         return 0;
-    for (char *w = s; w && n < max;) {
+    for (char *w = s; w;) {
+        if (n == max)
+            return max + 1;   /* more than out holds: the caller refuses, never drops the rest */
         char *next = strchr(w, sep);
         if (next)
             *next++ = 0;
@@ -139,6 +141,20 @@ static int split_list(char *s, char sep, char **out, int max) {
     }
     return n;
 }
+
+/* A name the manifest gives into a field of MAX_NAME bytes; false (and
+ * nothing copied) when it would not fit whole. */
+static bool copy_name(char *dst, const char *name) {
+    if (strlen(name) >= MAX_NAME)
+        return false;
+    memcpy(dst, name, strlen(name) + 1);
+    return true;
+}
+
+#define NAME_FITS(dst, name)                                                                              \
+    if (!copy_name(dst, name))                                                                            \
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: the name '%.20s...' is longer than %d characters", \
+                       lineno, name, MAX_NAME - 1);
 
 /* The entry's value of key, or a message that it lacks one. */
 #define NEED(v, key)                                                                                      \
@@ -163,7 +179,7 @@ static int entry_block(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     m->blocks = nb;
     Block *cur = *curp = &m->blocks[m->nblocks++];
     memset(cur, 0, sizeof *cur);
-    snprintf(cur->name, sizeof cur->name, "%s", name);
+    NAME_FITS(cur->name, name);
     return ATTNRT_OK;
 }
 
@@ -176,8 +192,10 @@ static int entry_dims(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     int n = split_list(buf, ',', w, MAX_DIMS);
     if (cur->ndims + n > MAX_DIMS)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d dims", lineno, MAX_DIMS);
-    for (int i = 0; i < n; i++)
-        snprintf(cur->dims[cur->ndims++], MAX_NAME, "%s", w[i]);
+    for (int i = 0; i < n; i++) {
+        NAME_FITS(cur->dims[cur->ndims], w[i]);
+        cur->ndims++;
+    }
     return ATTNRT_OK;
 }
 
@@ -192,11 +210,19 @@ static int entry_tensor(attnrt_module *m, Block **curp, Entry *e, int lineno) {
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d tensors", lineno, MAX_TENSORS);
     TensorSpec *t = &cur->tensors[cur->ntensors++];
     t->role = strcmp(role, "in") == 0 ? 0 : strcmp(role, "out") == 0 ? 1 : strcmp(role, "tmp") == 0 ? 2 : -1;
-    snprintf(t->name, sizeof t->name, "%s", name);
+    NAME_FITS(t->name, name);
     char buf[512];
     snprintf(buf, sizeof buf, "%s", shape);
     if (t->role < 0 || !dtype_parse(dtype, &t->dtype) || !parse_shape(buf, t))
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: bad tensor '%s'", lineno, name);
+    for (int d = 0; d < t->rank; d++) {   /* each symbolic dim one the block declared */
+        bool declared = !t->dims[d].sym[0];
+        for (int i = 0; i < cur->ndims && !declared; i++)
+            declared = strcmp(cur->dims[i], t->dims[d].sym) == 0;
+        if (!declared)
+            return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tensor '%s' has dim '%s', which the block's dims "
+                           "line does not name", lineno, name, t->dims[d].sym);
+    }
     return ATTNRT_OK;
 }
 
@@ -211,7 +237,7 @@ static int entry_kernel(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     if (cur->nkernels == MAX_KERNELS)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d kernels", lineno, MAX_KERNELS);
     KernelSpec *k = &cur->kernels[cur->nkernels++];
-    snprintf(k->name, sizeof k->name, "%s", name);
+    NAME_FITS(k->name, name);
     char buf[1024], *w[MAX_ARGS];
     snprintf(buf, sizeof buf, "%s", grid);
     if (split_list(buf, ';', w, 3) != 3)
@@ -234,6 +260,8 @@ static int entry_kernel(attnrt_module *m, Block **curp, Entry *e, int lineno) {
                     lineno, k->grid[2]);
     snprintf(buf, sizeof buf, "%s", args);
     int n = split_list(buf, ',', w, MAX_ARGS);
+    if (n > MAX_ARGS)
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d arguments", lineno, MAX_ARGS);
     for (int i = 0; i < n; i++) {
         int t = tensor_index(cur, w[i]);
         if (t < 0)
@@ -249,6 +277,8 @@ static int entry_kernel(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     if (zero) {
         snprintf(buf, sizeof buf, "%s", zero);
         n = split_list(buf, ',', w, MAX_ARGS);
+        if (n > MAX_ARGS)
+            return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d tensors in zero=", lineno, MAX_ARGS);
         for (int i = 0; i < n; i++) {
             int t = tensor_index(cur, w[i]);
             if (t < 0)

@@ -102,6 +102,18 @@ int main(int argc, char **argv) {
     report("cut-mid-line", attnrt_load_data(cut_mid, sizeof cut_mid - 1, &m));
     const char cut_between[] = ZERO_HEAD;
     report("cut-between-lines", attnrt_load_data(cut_between, sizeof cut_between - 1, &m));
+    /* what the runtime cannot hold is refused whole, never cut to fit: a 17th dim, a name past 63
+     * characters, a dim no dims line names (which the shape lookup would not find) */
+    const char dims17[] = "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
+                          "// dims names=A,B,C,D,E,F,G,H,I,J,K,L,M,N,O,P,Q\n// end\n";
+    report("dims-17", attnrt_load_data(dims17, sizeof dims17 - 1, &m));
+    char long_name[512];
+    snprintf(long_name, sizeof long_name, "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
+             "// dims names=N\n// tensor role=in name=%070d dtype=f16 shape=N,64\n// end\n", 7);
+    report("name-too-long", attnrt_load_data(long_name, strlen(long_name), &m));
+    const char undeclared[] = "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
+                              "// dims names=N\n// tensor role=out name=o dtype=f16 shape=M,64\n// end\n";
+    report("dim-undeclared", attnrt_load_data(undeclared, sizeof undeclared - 1, &m));
     const char zero_bad[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp9\n";
     report("zero-unknown", attnrt_load_data(zero_bad, sizeof zero_bad - 1, &m));
     if (argc < 2 || attnrt_load_file(argv[1], &m)) {
