@@ -248,6 +248,11 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             map_put(a, &nm.of, v, (void *)bn);
             map_put(a, &nm.of, op->results[r], (void *)bn);
         }
+        if (nkern == MANIFEST_MAX_KERNELS) {
+            op_diag(d, NULL, func, arena_printf(a, "codegen: block '%s' cannot be compiled: it takes more than %d "
+                                                   "kernels, libattnrt's limit", name, MANIFEST_MAX_KERNELS));
+            return false;
+        }
         char *kname = arena_printf(a, "%s_k%d", name, nkern++);
         for (char *c = kname; *c; c++)   /* PTX names have no '.' (NAME.backward) */
             if (*c == '.')
