@@ -384,6 +384,7 @@ LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align);
 /* i64 element offset of (row, col) in a shared tile: row-major with `stride`,
  * or swizzle 128 (panels of 64 columns, panel_rows rows each) */
 LLVMValueRef smem_offset(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t stride, int64_t panel_rows, int swizzle);
+LLVMValueRef smem_offset_swizzled(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t panel_rows, int elem_bytes);
 void proxy_fence(Cg *cg);   /* fence.proxy.async, where the target's MMA reads through the async proxy */
 void smem_release(Cg *cg, int index);
 void note_uses(Cg *cg, const Op *op, int index);

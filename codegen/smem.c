@@ -39,20 +39,28 @@ LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
 
 LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) { return smem_alloc_aligned(cg, bytes, 16); }
 
-/* Swizzle 128 (16-bit elements; sm_90a's wgmma operands): the tile is cut
- * into panels of 64 columns, each panel_rows rows of 128 bytes, and 16-byte
- * chunk c of row r lies at chunk c ^ (r % 8) — what TMA's SWIZZLE_128B
- * writes and a 128-byte-swizzle wgmma descriptor reads. The XOR acts on
- * address bits, so panels start 1024-byte aligned (panel_rows a multiple of
- * 8, the buffer aligned so). */
+/* Swizzle 128: the tile is cut into panels of 128 bytes a row (64 16-bit
+ * columns, 32 f32 ones), each panel_rows rows, and 16-byte chunk c of row
+ * r lies at chunk c ^ (r % 8) — what TMA's SWIZZLE_128B writes (and reads,
+ * for a store or reduce-add) and a 128-byte-swizzle wgmma descriptor
+ * reads. The XOR acts on address bits, so panels start 1024-byte aligned
+ * (panel_rows a multiple of 8, the buffer aligned so). In elements. */
+LLVMValueRef smem_offset_swizzled(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t panel_rows, int elem_bytes) {
+    int64_t row_elems = 128 / elem_bytes, chunk_elems = 16 / elem_bytes;
+    int64_t row_shift = __builtin_ctzll((unsigned long long)row_elems), chunk_shift = __builtin_ctzll((unsigned long long)chunk_elems);
+    LLVMValueRef panel = LLVMBuildLShr(cg->b, col, ci64(cg, row_shift), "");
+    LLVMValueRef chunk = LLVMBuildXor(cg->b, LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, col, ci64(cg, chunk_shift), ""), ci64(cg, 7), ""),
+                                      LLVMBuildAnd(cg->b, row, ci64(cg, 7), ""), "");
+    LLVMValueRef off = add(cg, mul(cg, panel, ci64(cg, panel_rows * row_elems)), mul(cg, row, ci64(cg, row_elems)));
+    return add(cg, add(cg, off, LLVMBuildShl(cg->b, chunk, ci64(cg, chunk_shift), "")),
+               LLVMBuildAnd(cg->b, col, ci64(cg, chunk_elems - 1), ""));
+}
+
+/* Row-major with a row stride, or (swizzle 128) 16-bit swizzled panels. */
 LLVMValueRef smem_offset(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t stride, int64_t panel_rows, int swizzle) {
     if (!swizzle)
         return add(cg, mul(cg, row, ci64(cg, stride)), col);
-    LLVMValueRef panel = LLVMBuildLShr(cg->b, col, ci64(cg, 6), "");
-    LLVMValueRef chunk = LLVMBuildXor(cg->b, LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, col, ci64(cg, 3), ""), ci64(cg, 7), ""),
-                                      LLVMBuildAnd(cg->b, row, ci64(cg, 7), ""), "");
-    LLVMValueRef off = add(cg, mul(cg, panel, ci64(cg, panel_rows * 64)), mul(cg, row, ci64(cg, 64)));
-    return add(cg, add(cg, off, LLVMBuildShl(cg->b, chunk, ci64(cg, 3), "")), LLVMBuildAnd(cg->b, col, ci64(cg, 7), ""));
+    return smem_offset_swizzled(cg, row, col, panel_rows, 2);
 }
 
 void proxy_fence(Cg *cg) {

@@ -304,17 +304,6 @@ static void slab_barrier(Cg *cg, bool per_warpgroup) {
         cg_barrier(cg);
 }
 
-/* The offset of (row, col) in a slab of 128-byte-swizzled panels of
- * 32-bit elements (what SWIZZLE_128B reads for an f32 box of 32 columns):
- * 16-byte chunks of 4 elements, chunk c of row r at c ^ (r % 8). */
-static LLVMValueRef smem_offset32(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t panel_rows) {
-    LLVMValueRef panel = LLVMBuildLShr(cg->b, col, ci64(cg, 5), "");
-    LLVMValueRef chunk = LLVMBuildXor(cg->b, LLVMBuildAnd(cg->b, LLVMBuildLShr(cg->b, col, ci64(cg, 2), ""), ci64(cg, 7), ""),
-                                      LLVMBuildAnd(cg->b, row, ci64(cg, 7), ""), "");
-    LLVMValueRef off = add(cg, mul(cg, panel, ci64(cg, panel_rows * 32)), mul(cg, row, ci64(cg, 32)));
-    return add(cg, add(cg, off, LLVMBuildShl(cg->b, chunk, ci64(cg, 2), "")), LLVMBuildAnd(cg->b, col, ci64(cg, 3), ""));
-}
-
 /* Writes this thread's elements of the tile into its slab (16-bit pairs as
  * one 32-bit store, f32 pairs as one 64-bit store: each pair lies in one
  * 16-byte chunk of the swizzle). */
@@ -327,9 +316,7 @@ static void write_slab(Cg *cg, Dist *d, ScalarKind elem, LLVMValueRef own_base, 
         LLVMValueRef row, col;
         coords(cg, ps[k], rows, cols, &row, &col);
         LLVMValueRef in_slab = per_warpgroup ? LLVMBuildAnd(cg->b, row, ci64(cg, slab - 1), "") : row;
-        LLVMValueRef at = gep(cg, elem, own_base,
-                              esize(elem) == 4 ? smem_offset32(cg, in_slab, col, slab)
-                                               : smem_offset(cg, in_slab, col, cols, slab, 128));
+        LLVMValueRef at = gep(cg, elem, own_base, smem_offset_swizzled(cg, in_slab, col, slab, esize(elem)));
         LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, elem);
         bool pair = pos_pair(ps, k, n);
         if (pair && esize(elem) == 2) {

@@ -34,31 +34,31 @@ static const Op *narrow_shared_tile(const Lower *l, const Block *top, const Bloc
  * is rows of a contiguous run of the innermost dim, and the destination is
  * [stages, rows <= 256, 64-column panels], 128-byte swizzled (what
  * SWIZZLE_128B writes, a panel per TMA box). */
-static bool tma_box_ok(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols) {
+/* The box rules for elements of elem_bytes (panels of 128 bytes: 64
+ * 16-bit columns, 32 f32 ones). */
+static bool tma_box_fits(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols,
+                         int elem_bytes) {
     const Type *st = src->type;
     bool param = false;
     for (int i = 3; i < top->nargs; i++)
         param |= top->args[i] == src;
     int inner = st->rank - 1;
-    return param && st->rank <= 5 && is_16bit(st->elem) && !st->dims[inner].sym &&
-           st->dims[inner].size * 2 % 16 == 0 && dims && dims->n == 2 && dims->elems[1]->i == inner &&
-           dims->elems[0]->i >= 0 && dims->elems[0]->i < inner && rows <= 256 && cols % 64 == 0;
+    return param && st->rank <= 5 && !st->dims[inner].sym && st->dims[inner].size * elem_bytes % 16 == 0 && dims &&
+           dims->n == 2 && dims->elems[1]->i == inner && dims->elems[0]->i >= 0 && dims->elems[0]->i < inner &&
+           rows <= 256 && cols % (128 / elem_bytes) == 0;
 }
 
-/* The same for a bulk reduce-add of an f32 tile (32-column panels of 128
- * bytes) into a tensor the kernel takes. */
+static bool tma_box_ok(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols) {
+    return is_16bit(src->type->elem) && tma_box_fits(top, src, dims, rows, cols, 2);
+}
+
+/* The same for a bulk reduce-add of an f32 tile into a tensor the kernel
+ * takes. */
 static bool tma_reduce_ok(const Block *top, const Op *add) {
     const Value *dst = add->operands[0];
-    const Type *st = dst->type, *t = add->operands[1]->type;
-    Attr *dims = op_attr(add, "dims");
-    bool param = false;
-    for (int i = 3; i < top->nargs; i++)
-        param |= top->args[i] == dst;
-    int inner = st->rank - 1;
-    return param && st->rank <= 5 && st->elem == SK_F32 && t->elem == SK_F32 && t->kind == TY_TILE && t->rank == 2 &&
-           !t->dims[0].sym && !t->dims[1].sym && !st->dims[inner].sym && st->dims[inner].size * 4 % 16 == 0 && dims &&
-           dims->n == 2 && dims->elems[1]->i == inner && dims->elems[0]->i >= 0 && dims->elems[0]->i < inner &&
-           t->dims[0].size <= 256 && t->dims[1].size % 32 == 0;
+    const Type *t = add->operands[1]->type;
+    return dst->type->elem == SK_F32 && t->elem == SK_F32 && t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym &&
+           !t->dims[1].sym && tma_box_fits(top, dst, op_attr(add, "dims"), t->dims[0].size, t->dims[1].size, 4);
 }
 
 /* In a launch that copies by TMA, a tile added whole into an f32 tensor the
