@@ -40,19 +40,26 @@ def grads(q, k, v, do, scale, mask_fn, score_fn, dtype):
     return [x.grad for x in xs]
 
 
-def run_case(rep, mod, name, label, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, score_fn, extra=()):
+def run_case(rep, mod, name, label, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, score_fn, extra=(), layout="bhnd"):
+    """One case; with a layout (gc.layout_views) q, k, v, do and dq, dk, dv
+    are strided views ("fused": q, k, v from one buffer, NQ = NK; dq, dk,
+    dv then [B, N, H, D] transposed: outputs interleaved in one buffer are
+    refused, doc/runtime.md)."""
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((label, NQ, NK, D)).encode()))
-    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
-    k = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
-    v = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
-    do = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(gc.DT)
+    shapes = [(B, H, NQ, D), (B, HKV, NK, D), (B, HKV, NK, D)]
+    (q, k, v), _ = gc.layout_views(shapes, layout, g=g)
+    (do,), _ = gc.layout_views(shapes[:1], "bnhd" if layout == "fused" else layout, g=g)
     o, lse = mod.run(name, q, k, v, *extra)
-    outs = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    outs, obufs = gc.layout_views(shapes, "bnhd" if layout == "fused" else layout, fill=float("nan"))
     mod.run(name + ".backward", q, k, v, *extra, o, lse, do, out=outs)
     torch.cuda.synchronize()
+    if layout == "padded":   # what lies between the rows stays as it was
+        pad = torch.cat([b[..., D:].flatten() for b in obufs])
+        rep.expect(f"{label} {layout}: row padding untouched", bool(pad.isnan().all()),
+                   f"{int((~pad.isnan()).sum())} of {pad.numel()} padding elements written")
     ref = grads(q, k, v, do, scale, mask_fn, score_fn, torch.float64)
     same = grads(q, k, v, do, scale, mask_fn, score_fn, None)
-    shape = f"B{B} H{H}/{HKV} N{NQ}x{NK} D{D}"
+    shape = f"B{B} H{H}/{HKV} N{NQ}x{NK} D{D}" + ("" if layout == "bhnd" else f" {layout}")
     ok = True
     for gname, got, want, base in zip(("dq", "dk", "dv"), outs, ref, same):
         pt = gc.max_err(base, want)
@@ -89,6 +96,17 @@ def cases(rep, tmp, quick, small=False):
                         run_case(rep, mod, name, f"d{D} {acc} {'causal' if causal else 'full'} gqa{H}/{HKV}",
                                  1 if NQ * NK > 100000 else 2, H, HKV, NQ, NK, D, acc, D ** -0.5,
                                  gc.causal if causal else None, None)
+    # strided q, k, v, do and dq, dk, dv (the views models pass), no copies
+    for D in (64, 128):
+        name = f"bwd_strided_d{D}"
+        path = os.path.join(tmp, name + ".attn")
+        with open(path, "w") as f:
+            f.write(gc.attention_src(name, 8, 2, D, "f32", "j <= i", None, True))
+        mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
+        for layout in gc.LAYOUTS[1:]:
+            for N in (113, 1000):
+                run_case(rep, mod, name, f"strided d{D} causal gqa8/2", 2, 8, 2, N, N, D, "f32", D ** -0.5,
+                         gc.causal, None, layout=layout)
     # deterministic: dq without atomics, the same bits on every run
     for D in (64, 128):
         name = f"bwd_det_d{D}"

@@ -134,18 +134,57 @@ class Report:
         return ok
 
 
+LAYOUTS = ("bhnd", "bnhd", "fused", "padded")
+
+
+def layout_views(shapes, layout, fill=None, g=None):
+    """[B, Hx, N, D] tensors in a layout as models make them: "bhnd"
+    contiguous; "bnhd" each made [B, N, Hx, D] and transposed (a
+    projection's output viewed per head); "fused" all slices of one
+    [B, N, sum Hx, D] buffer (a fused QKV projection; the shapes must share
+    B, N and D); "padded" rows of D + 8 of which D are used. Random in
+    [-1, 1) (fill None) or filled. Returns the views and the buffers
+    behind them (so that what a kernel must not write can be checked)."""
+    def make(shape):
+        if fill is None:
+            return (torch.rand(shape, device="cuda", generator=g) * 2 - 1).to(DT)
+        return torch.full(shape, fill, device="cuda", dtype=DT)
+    if layout == "bhnd":
+        bufs = [make(s) for s in shapes]
+        return bufs, bufs
+    if layout == "bnhd":
+        bufs = [make((B, N, Hx, D)) for B, Hx, N, D in shapes]
+        return [b.transpose(1, 2) for b in bufs], bufs
+    if layout == "fused":
+        B, _, N, D = shapes[0]
+        buf = make((B, N, sum(s[1] for s in shapes), D))
+        views, at = [], 0
+        for _, Hx, _, _ in shapes:
+            views.append(buf[:, :, at:at + Hx].transpose(1, 2))
+            at += Hx
+        return views, [buf]
+    assert layout == "padded"
+    bufs = [make((B, Hx, N, D + 8)) for B, Hx, N, D in shapes]
+    return [b[..., :b.shape[-1] - 8] for b in bufs], bufs
+
+
 def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, score_fn, cross, extra_inputs=(),
-                  lse=True):
+                  lse=True, layout="bhnd"):
+    """One case; layout (layout_views) for q, k, v and o, which then run as
+    strided views with no copy ("fused" needs NQ = NK)."""
     g = torch.Generator(device="cuda").manual_seed(hash((name, NQ, NK)) & 0xffffffff)
-    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(DT)
-    k = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(DT)
-    v = (torch.rand(B, HKV, NK, D, device="cuda", generator=g) * 2 - 1).to(DT)
-    o = torch.full((B, H, NQ, D), float("nan"), device="cuda", dtype=DT)
+    shapes = [(B, H, NQ, D), (B, HKV, NK, D), (B, HKV, NK, D)]
+    (q, k, v), _ = layout_views(shapes, layout, g=g)
+    (o,), obufs = layout_views([(B, H, NQ, D)], "bnhd" if layout == "fused" else layout, fill=float("nan"))
     outs = [o]
     if lse:
         outs.append(torch.full((B, H, NQ), float("nan"), device="cuda", dtype=torch.float32))
     mod.run(block, q, k, v, *extra_inputs, out=outs)
     torch.cuda.synchronize()
+    if layout == "padded":   # what lies between the rows stays as it was
+        pad = obufs[0][..., D:]
+        rep.expect(f"{name} {layout}: row padding untouched", bool(pad.isnan().all()),
+                   f"{int((~pad.isnan()).sum())} of {pad.numel()} padding elements written")
     if REF_ON_CPU:
         q, k, v, outs = q.cpu(), k.cpu(), v.cpu(), [t.cpu() for t in outs]
         o = outs[0]
@@ -155,7 +194,7 @@ def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_
     bound = 2 * ref_err + 1e-5
     if acc == "f16":
         bound += fp16acc_slack(max(NK, D))
-    shape = f"B{B} H{H}/{HKV} N{NQ}x{NK} D{D}"
+    shape = f"B{B} H{H}/{HKV} N{NQ}x{NK} D{D}" + ("" if layout == "bhnd" else f" {layout}")
     ok = rep.add(f"{name} o", shape, max_err(o, o64), ref_err, bound, f"acc {acc}")
     if lse:
         lref = max_err(lse16, lse64)
@@ -166,6 +205,21 @@ def run_attention(rep, mod, block, name, B, H, HKV, NQ, NK, D, acc, scale, mask_
 
 def causal(b, h, i, j):
     return j <= i
+
+
+def strided_cases(rep, kit, tmp):
+    """q, k, v and o as the views models make (layout_views), run with no
+    copy: plain and causal GQA, head dims 64 and 128, ragged N."""
+    for D in (64, 128):
+        for is_causal, H, HKV in ((False, 4, 4), (True, 8, 2)):
+            acc = accs()[-1]
+            name = f"strided_d{D}{'_causal' if is_causal else ''}"
+            mod = compile_src(kit, tmp, name, attention_src(name, H, HKV, D, acc, "j <= i" if is_causal else None,
+                                                            None, False))
+            for layout in LAYOUTS[1:]:
+                for N in (113, 1000):
+                    run_attention(rep, mod, name, name, 2, H, HKV, N, N, D, acc, 1 / math.sqrt(D),
+                                  causal if is_causal else None, None, False, layout=layout)
 
 
 def attention_cases(rep, kit, tmp, quick):
@@ -306,8 +360,13 @@ def binding_errors(rep, tmp):
     expect("16-bit dtype", lambda: mod.run(name, q.to(other), q, q), "input 'q'", "dtype")
     expect("device", lambda: mod.run(name, q, q.cpu(), q), "input 'k'", "cpu")
     expect("count", lambda: mod.run(name, q, q), "takes 3 inputs")
-    expect("strides", lambda: mod.run(name, q, q, q.transpose(2, 3).contiguous().transpose(2, 3)),
-           "input 'v'", "not contiguous")
+    expect("innermost stride", lambda: mod.run(name, q, q, q.transpose(2, 3).contiguous().transpose(2, 3)),
+           "input 'v'", "(the innermost) is 17; expected 1")
+    expect("row alignment", lambda: mod.run(name, q, q, torch.zeros(1, 4, 17, 65, device="cuda", dtype=DT)[..., 1:]),
+           "input 'v'", "stride 2 is 65; expected a multiple of 8")
+    expect("out= overlapping itself", lambda: mod.run(name, q, q, q, out=torch.zeros(1, 1, 17, 64, device="cuda",
+                                                                                         dtype=DT).expand(1, 4, 17, 64)),
+           "output 'o'", "two elements at one address")
     expect("shape", lambda: mod.run(name, q, q[:, :, :5], q), "input 'k'", "N")
     expect("block", lambda: mod.run("nope", q, q, q), "no block 'nope'")
     bad = os.path.join(tmp, "bad.attn")
@@ -519,7 +578,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
-    ap.add_argument("--only", choices=["attention", "mlp", "emulation", "sanitize"], default=None)
+    ap.add_argument("--only", choices=["attention", "strided", "mlp", "emulation", "sanitize"], default=None)
     args = ap.parse_args()
     global ARCH, DT, DTN, F16ACC, REF_ON_CPU
     ARCH, DTN = args.arch, args.dtype
@@ -535,11 +594,13 @@ def main():
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, {ARCH} {DTN}", flush=True)
     if args.only in (None, "attention"):
         attention_cases(rep, args.kit, tmp, args.quick)
+    if args.only in (None, "attention", "strided"):
+        strided_cases(rep, args.kit, tmp)
     if args.only in (None, "mlp"):
         mlp_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "emulation") and F16ACC:
         fp16acc_emulation_cases(rep, args.kit, tmp)
-    if args.only is None:
+    if args.only in (None, "strided"):
         binding_errors(rep, tmp)
     if args.only == "sanitize":   # small cases for compute-sanitizer
         REF_ON_CPU = True
@@ -547,6 +608,8 @@ def main():
         acc = accs()[-1]
         mod = compile_src(args.kit, tmp, name, attention_src(name, 2, 1, 64, acc, "j <= i", None, False))
         run_attention(rep, mod, name, name, 1, 2, 1, 17, 17, 64, acc, 1 / 8, causal, None, False)
+        for layout in ("bnhd", "padded"):   # strided views: every address a kernel forms from the strides
+            run_attention(rep, mod, name, name, 1, 2, 1, 70, 70, 64, acc, 1 / 8, causal, None, False, layout=layout)
         mod = compile_src(args.kit, tmp, "san_cross", attention_src("san_cross", 2, 2, 128, "f32", None, None, True))
         run_attention(rep, mod, "san_cross", "san_cross", 1, 2, 2, 5, 70, 128, "f32", 128 ** -0.5, None, None, True)
         if ARCH == "sm_90a":   # persistent blocks, more tiles (320) than blocks: the tile scheduler's ring turns

@@ -20,9 +20,9 @@ weights and the same tokens:
   after 3 warm-up steps, the median step in ms, timed with CUDA events.
 
 attnc's attention takes q [B, 16, N, 128] and k, v [B, 4, N, 128] as the
-model makes them; transformers' rotary embedding leaves q and k as
-transposed views, which libattnrt copies to contiguous memory today
-(doc/runtime.md). Writes llama.json.
+model makes them — transposed views of [B, N, H, D] projections — with no
+copy (libattnrt takes strides, doc/runtime.md), and gives o and the
+gradients back in the same layout. Writes llama.json.
 """
 import json
 import os
@@ -55,8 +55,8 @@ def attnc_attention_fn(arch):
     def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         if scaling is not None and abs(scaling - HEAD_DIM ** -0.5) > 1e-6:
             raise ValueError(f"this block scales by 1/sqrt({HEAD_DIM}), not {scaling}")
-        o = attn(query.contiguous(), key.contiguous(), value.contiguous())
-        return o.transpose(1, 2).contiguous(), None   # [B, N, H, D], as sdpa_attention_forward returns
+        o = attn(query, key, value)   # strided views as the model made them: no copies
+        return o.transpose(1, 2), None   # [B, N, H, D] (contiguous: o has query's layout), as sdpa returns
 
     return forward
 

@@ -98,7 +98,8 @@ static void add_dims(Arena *a, const Type *t, PtrVec *dims) {
     }
 }
 
-/* "// tensor role=R name=N dtype=T shape=D0,D1,..." ("-" for a scalar) */
+/* "// tensor role=R name=N dtype=T shape=D0,D1,... [stride_units=U0,U1,...]"
+ * ("-" for a scalar; a unit for each dim but the innermost) */
 static void print_tensor(FILE *f, const char *role, const char *name, const Type *t) {
     fprintf(f, "// tensor role=%s name=%s dtype=%s shape=", role, name, scalar_name(t->elem));
     if (t->rank == 0)
@@ -111,6 +112,8 @@ static void print_tensor(FILE *f, const char *role, const char *name, const Type
         else
             fprintf(f, "%lld", (long long)t->dims[i].size);
     }
+    for (int i = 0; i + 1 < t->rank; i++)   /* the kernels take stride / unit (lower.c) */
+        fprintf(f, "%s%lld", i ? "," : " stride_units=", (long long)stride_unit(t, i));
     fputc('\n', f);
 }
 

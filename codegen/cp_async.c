@@ -15,24 +15,31 @@ static LLVMValueRef dst_offset(Cg *cg, const Mem *dst, LLVMValueRef row, LLVMVal
 }
 
 /* The common case of a box copy: every thread issues n vectors (no thread
- * idle) at one column, rows threads/per_row apart, and the source's row
- * stride is a constant. Then vector j's addresses are vector 0's plus
- * constants, written into the instruction as immediate offsets (inline PTX):
- * two registers for all of a thread's copies instead of two per copy, which
- * is what made head dim 128 spill. Rows outside the tensor copy 0 bytes and
- * zero-fill (CUTLASS's zfill): nothing is read there, so the address is left
- * as computed. False when the case does not apply. */
+ * idle) at one column, rows threads/per_row apart. Then vector j's shared
+ * address is vector 0's plus a constant, written into the instruction as
+ * an immediate offset (inline PTX), and its global address vector 0's plus
+ * the row stride's kernel parameter times a constant, formed inside the
+ * instruction's own PTX block (ptxas reads the parameter from the constant
+ * bank): two registers for all of a thread's copies instead of two per
+ * copy, which is what made head dim 128 spill (LLVM would hoist each
+ * vector's offset out of the loop, a register each).
+ * Rows outside the tensor copy 0 bytes and zero-fill (CUTLASS's zfill):
+ * nothing is read there, so the address is left as computed. False when
+ * the case does not apply. */
 static bool copy_with_offsets(Cg *cg, const Op *op, const Mem *src, const Mem *dst, const Token *t, LLVMValueRef base,
                               int n, int bytes) {
     Attr *dims = op_attr(op, "dims");
     int64_t per_row = t->cols / t->vec, total = t->rows * per_row;
     int row_dim = (int)dims->elems[0]->i;
-    if (total % cg->threads || cg->threads % per_row || row_dim < 0 || !LLVMIsAConstantInt(src->strides[row_dim]))
+    if (total % cg->threads || cg->threads % per_row || row_dim < 0)
         return false;
     int64_t rows_apart = cg->threads / per_row;
     if (dst->swizzle && rows_apart % 8)   /* the swizzle would differ between a thread's vectors */
         return false;
-    int64_t src_step = rows_apart * LLVMConstIntGetSExtValue(src->strides[row_dim]) * esize(src->elem);
+    /* vector j is j·rows_apart rows on: j · step_bytes bytes times the
+     * parameter (or times 1, along the innermost dim) */
+    LLVMValueRef step_param = src->stride_param[row_dim];
+    int64_t step_bytes = rows_apart * esize(src->elem) * src->stride_unit[row_dim];
     int64_t dst_step = rows_apart * (dst->swizzle ? 64 : dst->cstrides[1]) * esize(src->elem);
     LLVMValueRef row, col, co[8], inside;
     box_vector(cg, t, 0, &row, &col);
@@ -48,11 +55,19 @@ static bool copy_with_offsets(Cg *cg, const Op *op, const Mem *src, const Mem *d
         if (j > 0)
             inside = LLVMBuildAnd(cg->b, inside0,
                                   LLVMBuildICmp(cg->b, LLVMIntSGT, room, ci64(cg, j * rows_apart), ""), "");
-        const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0+%lld], [$1+%lld], %d, $2;",
-                                        bytes == 16 ? "cg" : "ca", (long long)(j * dst_step),
-                                        (long long)(j * src_step), bytes);
-        LLVMValueRef args[3] = {d0, s0, LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), "")};
-        cg_asm(cg, text, "r,l,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), args, 3);
+        const char *cp = bytes == 16 ? "cg" : "ca";
+        LLVMValueRef size = LLVMBuildSelect(cg->b, inside, ci32(cg, bytes), ci32(cg, 0), "");
+        if (j == 0 || !step_param) {
+            const char *text = arena_printf(cg->a, "cp.async.%s.shared.global [$0+%lld], [$1+%lld], %d, $2;", cp,
+                                            (long long)(j * dst_step), (long long)(j * step_bytes), bytes);
+            cg_asm(cg, text, "r,l,r,~{memory}", LLVMVoidTypeInContext(cg->ctx), (LLVMValueRef[]){d0, s0, size}, 3);
+            continue;
+        }
+        const char *text = arena_printf(cg->a,
+                                        "{ .reg .u64 %%cpa; mad.lo.u64 %%cpa, $3, %lld, $1; "
+                                        "cp.async.%s.shared.global [$0+%lld], [%%cpa], %d, $2; }",
+                                        (long long)(j * step_bytes), cp, (long long)(j * dst_step), bytes);
+        cg_asm(cg, text, "r,l,r,l,~{memory}", LLVMVoidTypeInContext(cg->ctx), (LLVMValueRef[]){d0, s0, size, step_param}, 4);
     }
     return true;
 }

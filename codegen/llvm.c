@@ -71,6 +71,15 @@ LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p) {
     return LLVMBuildIntToPtr(cg->b, o, LLVMTypeOf(p), "");
 }
 
+/* param · k (i64), formed here and not hoisted: vector j of a box copy is
+ * row-stride parameter · j·k elements past vector 0, and LLVM would
+ * otherwise keep each product in a register of its own across the loop
+ * (ptxas reads the parameter from the constant bank). */
+LLVMValueRef opaque_scaled(Cg *cg, LLVMValueRef param, int64_t k) {
+    const char *text = arena_printf(cg->a, "mul.lo.u64 $0, $1, %lld;", (long long)k);
+    return cg_asm(cg, text, "=l,l", cg->i64, &param, 1);
+}
+
 LLVMValueRef sreg(Cg *cg, const char *name) {
     return cg_call(cg, arena_printf(cg->a, "llvm.nvvm.read.ptx.sreg.%s", name), cg->i32, NULL, 0);
 }

@@ -442,10 +442,15 @@ static bool read_layout(Cg *cg, const Op *launch) {
     return read_skeleton(cg, launch);
 }
 
-/* The function: memref pointers, the block's dims, the first y of this
- * launch (begin_entry), a persistent kernel's grid and tile counter, then
- * the tensor maps of its TMA copies (sm_90a). Returns y_offset's index, or
- * -1 after an error. */
+/* The i64 stride parameters a memref of rank r takes: one per dim but the
+ * innermost, whose stride is 1 (libattnrt's rule). */
+static int stride_params(const Type *t) { return t->rank > 1 ? t->rank - 1 : 0; }
+
+/* The function: memref pointers, the block's dims, each memref's strides
+ * (stride_params, in memref order, outermost dim first), the first y of
+ * this launch (begin_entry), a persistent kernel's grid and tile counter,
+ * then the tensor maps of its TMA copies (sm_90a). Returns y_offset's
+ * index, or -1 after an error. */
 static int declare_kernel(Cg *cg, const Block *body) {
     Arena *a = cg->a;
     LLVMContextRef ctx = cg->ctx;
@@ -455,8 +460,10 @@ static int declare_kernel(Cg *cg, const Block *body) {
     map_init(&cg->hopper.tma_bufs, false);
     if (!tma_collect(cg, body))
         return -1;
-    int nmem = launch->noperands - 3 + launch->nresults;
-    int y_param = nmem + k->ndims, tmap0 = y_param + 1 + (cg->hopper.persistent ? 3 : 0), nparams = tmap0 + cg->hopper.ntmaps;
+    int nmem = launch->noperands - 3 + launch->nresults, nstrides = 0;
+    for (int i = 0; i < nmem; i++)
+        nstrides += stride_params(body->args[3 + i]->type);
+    int y_param = nmem + k->ndims + nstrides, tmap0 = y_param + 1 + (cg->hopper.persistent ? 3 : 0), nparams = tmap0 + cg->hopper.ntmaps;
     LLVMTypeRef *pt = NEW_ARRAY(a, LLVMTypeRef, nparams + 1);
     for (int i = 0; i < nparams; i++)
         pt[i] = i < nmem ? cg->p1 : i < y_param ? cg->i64 : i == y_param ? cg->i32
@@ -473,6 +480,11 @@ static int declare_kernel(Cg *cg, const Block *body) {
     }
     for (int i = 0; i < k->ndims; i++)
         LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)(nmem + i)), k->dims[i], strlen(k->dims[i]));
+    for (int i = 0, p = nmem + k->ndims; i < nmem; i++)
+        for (int d = 0; d < stride_params(body->args[3 + i]->type); d++) {
+            const char *nm = arena_printf(a, "%s_stride%d", body->args[3 + i]->name ? body->args[3 + i]->name : "mem", d);
+            LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)p++), nm, strlen(nm));
+        }
     LLVMSetValueName2(LLVMGetParam(cg->fn, (unsigned)y_param), "y_offset", 8);
     if (cg->hopper.persistent) {
         cg->hopper.tiles_x = LLVMGetParam(cg->fn, (unsigned)y_param + 1);
@@ -542,9 +554,21 @@ static void begin_entry(Cg *cg, const Block *body, int y_param) {
 
 }
 
-/* Memrefs: row-major, strides from the dims. */
+int64_t stride_unit(const Type *t, int d) {
+    int64_t bytes = esize(t->elem);
+    for (int i = d + 1; i < t->rank && bytes < 16; i++) {
+        int64_t n = t->dims[i].sym ? 1 : t->dims[i].size;
+        int64_t pow2 = n & -n;   /* 0 for a size 0: a multiple of everything */
+        bytes = pow2 == 0 || pow2 >= 16 ? 16 : bytes * pow2;
+    }
+    return (bytes > 16 ? 16 : bytes) / esize(t->elem);
+}
+
+/* Memrefs: their dims, and their strides from the parameters (stride /
+ * stride_unit; the innermost 1). */
 static bool bind_memrefs(Cg *cg, const Block *body, int nmem) {
     const KernelSpec *k = cg->spec;
+    int stride_param = nmem + k->ndims;
     for (int i = 0; i < nmem; i++) {
         const Value *arg = body->args[3 + i];
         const Type *t = arg->type;
@@ -564,10 +588,11 @@ static bool bind_memrefs(Cg *cg, const Block *body, int nmem) {
                 m->dims[dd] = ci64(cg, t->dims[dd].size);
             }
         }
-        LLVMValueRef s = ci64(cg, 1);
-        for (int dd = t->rank - 1; dd >= 0; dd--) {
-            m->strides[dd] = s;
-            s = mul(cg, s, m->dims[dd]);
+        for (int dd = 0; dd < t->rank; dd++) {
+            bool inner = dd == t->rank - 1;
+            m->stride_param[dd] = inner ? NULL : LLVMGetParam(cg->fn, (unsigned)stride_param++);
+            m->stride_unit[dd] = inner ? 1 : stride_unit(t, dd);
+            m->strides[dd] = inner ? ci64(cg, 1) : LLVMBuildNUWMul(cg->b, m->stride_param[dd], ci64(cg, m->stride_unit[dd]), "");
         }
         Cv *c = NEW(cg->a, Cv);
         c->kind = CV_MEM;

@@ -101,6 +101,8 @@ typedef struct Mem {
     LLVMValueRef ptr;
     LLVMValueRef dims[8], strides[8];   /* i64, in elements */
     int64_t cdims[8], cstrides[8];      /* shared: the same as numbers */
+    LLVMValueRef stride_param[8];       /* global: the parameter, stride / stride_unit (NULL: innermost) */
+    int64_t stride_unit[8];             /* global: the unit (1: innermost) */
     int swizzle;                        /* shared: 0, or 128 (the last two dims as smem_offset lays them out) */
 } Mem;
 
@@ -314,6 +316,7 @@ LLVMTypeRef lty(Cg *cg, ScalarKind k);
 int esize(ScalarKind k);
 LLVMValueRef cg_call(Cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n);
 LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeRef ret, LLVMValueRef *args, int n);
+LLVMValueRef opaque_scaled(Cg *cg, LLVMValueRef param, int64_t k);
 LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p);
 LLVMValueRef sreg(Cg *cg, const char *name);
 void cg_barrier(Cg *cg);
@@ -460,5 +463,13 @@ bool read_skeleton(Cg *cg, const Op *launch);
 
 bool emit_kernel(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const KernelSpec *k,
                  KernelInfo *info);
+/* The unit of a global tensor's stride along dim d (not its innermost, whose
+ * stride is 1), in elements: what its contiguous stride, the product of
+ * the dims inside d, is always a multiple of — the power of two its
+ * numeric dims give, at most 16 bytes. libattnrt refuses a stride that is
+ * not a multiple of it and passes stride / unit (the manifest's
+ * stride_units), so that the kernel knows the alignment a constant stride
+ * showed (16-byte vectors, paired stores). */
+int64_t stride_unit(const Type *t, int d);
 
 #endif

@@ -195,11 +195,26 @@ Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t r
     t->nregs = (int)((total + cg->threads - 1) / cg->threads);
     t->regs = NEW_ARRAY(cg->a, LLVMValueRef, (size_t)t->nregs);
     LLVMTypeRef vt = t->vec > 1 ? LLVMVectorType(lty(cg, src->elem), (unsigned)t->vec) : lty(cg, src->elem);
+    /* Every thread's vectors at one column, rows_apart rows apart, along a
+     * dim with a stride parameter: vector j is vector 0 plus j·rows_apart
+     * rows (opaque_scaled), inside while that many rows remain. */
+    int row_dim = (int)dims->elems[0]->i;
+    int64_t per_row = cols / t->vec, rows_apart = cg->threads / per_row;
+    bool stepped = total % cg->threads == 0 && cg->threads % per_row == 0 && row_dim >= 0 && src->stride_param[row_dim];
+    LLVMValueRef off0 = NULL, inside0 = NULL, room = NULL;
     for (int j = 0; j < t->nregs; j++) {
-        LLVMValueRef row, col, f = box_vector(cg, t, j, &row, &col);
-        LLVMValueRef co[8], inside;
-        mem_coords(cg, op, src, first_index, row, col, co);
-        LLVMValueRef off = mem_offset(cg, src, co, &inside);
+        LLVMValueRef row, col, f = box_vector(cg, t, stepped ? 0 : j, &row, &col);
+        LLVMValueRef co[8], inside, off;
+        if (stepped && j > 0) {
+            off = add(cg, off0, opaque_scaled(cg, src->stride_param[row_dim], j * rows_apart * src->stride_unit[row_dim]));
+            inside = LLVMBuildAnd(cg->b, inside0, LLVMBuildICmp(cg->b, LLVMIntSGT, room, ci64(cg, j * rows_apart), ""), "");
+        } else {
+            mem_coords(cg, op, src, first_index, row, col, co);
+            off = off0 = mem_offset(cg, src, co, &inside);
+            inside0 = inside;
+            if (row_dim >= 0)
+                room = LLVMBuildSub(cg->b, src->dims[row_dim], co[row_dim], "");
+        }
         if (total % cg->threads)
             inside = LLVMBuildAnd(cg->b, inside, LLVMBuildICmp(cg->b, LLVMIntULT, f, ci64(cg, total), ""), "");
         LLVMValueRef safe = LLVMBuildSelect(cg->b, inside, off, ci64(cg, 0), "");

@@ -30,30 +30,31 @@ int attnrt_cuda_fail(int code, const char *what) { return rt_fail(ATTNRT_ERROR_C
 
 /* ---- running --------------------------------------------------------------------- */
 
-/* The tensor map of tm for this launch's tensor: encoded when its pointer or
- * shape changed since the last launch (the tensor is contiguous, checked).
- * An empty tensor gets a map over one element at a stand-in address: the
- * kernel copies no box that starts past a tensor's end, so it is never read
- * (codegen/tma.c's TMA copy), but the driver refuses size 0. */
-static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const *ptrs, Binding *bd) {
+/* The tensor map of tm for this launch's tensor (elem_strides: its
+ * kernel_strides): encoded when its pointer, shape or strides changed since
+ * the last launch. An empty tensor gets a map over one element at a
+ * stand-in address: the kernel copies no box that starts past a tensor's
+ * end, so it is never read (codegen/tma.c's TMA copy), but the driver
+ * refuses size 0. */
+static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const *ptrs, const int64_t *elem_strides,
+                       Binding *bd) {
     const TensorSpec *ts = &b->tensors[tm->tensor];
     int64_t shape[ATTNRT_MAX_RANK];
     bool empty = false;
     for (int d = 0; d < ts->rank; d++)
         empty |= (shape[d] = dim_value(bd, &ts->dims[d])) == 0;
     void *ptr = empty ? (void *)(uintptr_t)256 : ptrs[tm->tensor];
-    if (tm->ptr == ptr && memcmp(tm->shape, shape, sizeof(int64_t) * (size_t)ts->rank) == 0)
+    size_t rank_bytes = sizeof(int64_t) * (size_t)ts->rank;
+    if (tm->ptr == ptr && memcmp(tm->shape, shape, rank_bytes) == 0 && memcmp(tm->strides, elem_strides, rank_bytes) == 0)
         return ATTNRT_OK;
     uint64_t dims[ATTNRT_MAX_RANK], strides[ATTNRT_MAX_RANK];
     unsigned box[ATTNRT_MAX_RANK];
-    uint64_t stride = (uint64_t)dtype_size(ts->dtype);
-    for (int i = 0; i < ts->rank; i++) {   /* innermost first */
+    for (int i = 0; i < ts->rank; i++) {   /* innermost first; the driver takes the strides of dims 1 and on, in bytes */
         int d = ts->rank - 1 - i;
         dims[i] = empty ? 1 : (uint64_t)shape[d];
         box[i] = tm->box[d];
         if (i)
-            strides[i - 1] = stride;
-        stride *= dims[i];
+            strides[i - 1] = empty ? 16 * (uint64_t)i : (uint64_t)elem_strides[d] * (uint64_t)dtype_size(ts->dtype);
     }
     char what[sizeof k->name + sizeof ts->name + 32];   /* room for both names whole */
     snprintf(what, sizeof what, "(kernel %s, tensor '%s')", k->name, ts->name);
@@ -64,7 +65,8 @@ static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const 
         return rc;
     memcpy(tm->map, map, sizeof map);
     tm->ptr = ptr;
-    memcpy(tm->shape, shape, sizeof(int64_t) * (size_t)ts->rank);
+    memcpy(tm->shape, shape, rank_bytes);
+    memcpy(tm->strides, elem_strides, rank_bytes);
     return ATTNRT_OK;
 }
 
@@ -77,19 +79,27 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         return rc;
     if (!m->cumod && (rc = cuda_module_load(m->ptx, &m->cumod)))
         return rc;
-    /* every tensor's device pointer: inputs, outputs, temporaries */
+    /* every tensor's device pointer and strides (in elements, and in units
+     * for the kernels): inputs, outputs, temporaries (contiguous) */
     void *ptrs[MAX_TENSORS] = {0};
+    int64_t strides[MAX_TENSORS][ATTNRT_MAX_RANK], unit_strides[MAX_TENSORS][ATTNRT_MAX_RANK];
     int iin = 0, iout = 0;
     for (int t = 0; t < b->ntensors; t++) {
         const TensorSpec *s = &b->tensors[t];
-        if (s->role == 0)
-            ptrs[t] = inputs[iin++].data;
-        else if (s->role == 1)
-            ptrs[t] = outputs[iout++].data;
-        else {
+        if (s->role != 2) {
+            const attnrt_tensor *x = s->role == 0 ? &inputs[iin++] : &outputs[iout++];
+            ptrs[t] = x->data;
+            kernel_strides(x, strides[t]);
+        } else {
             size_t bytes = (size_t)dtype_size(s->dtype);
+            for (int d = s->rank - 1; d >= 0; d--) {
+                strides[t][d] = (int64_t)(bytes / (size_t)dtype_size(s->dtype));
+                int64_t n = dim_value(&bd, &s->dims[d]);
+                bytes *= (size_t)(n > 1 ? n : 1);
+            }
             for (int d = 0; d < s->rank; d++)
-                bytes *= (size_t)dim_value(&bd, &s->dims[d]);
+                if (!dim_value(&bd, &s->dims[d]))
+                    bytes = 0;
             if (bytes && b->temp_bytes[t] < bytes) {
                 if (b->temp[t]) {
                     cuda_free(b->temp[t]);
@@ -102,6 +112,8 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             }
             ptrs[t] = b->temp[t];
         }
+        for (int d = 0; d < s->rank; d++)   /* whole: check.c and the layout above make it so */
+            unit_strides[t][d] = strides[t][d] / s->stride_unit[d];
     }
     int64_t dimvals[MAX_DIMS];
     for (int i = 0; i < b->ndims; i++)
@@ -129,7 +141,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         if (!k->fn && (rc = cuda_get_function(m->cumod, k->name, k->smem, &k->fn)))
             return rc;
         for (int j = 0; j < k->ntmaps; j++)
-            if ((rc = encode_tmap(b, k, &k->tmaps[j], ptrs, &bd)))
+            if ((rc = encode_tmap(b, k, &k->tmaps[j], ptrs, strides[k->tmaps[j].tensor], &bd)))
                 return rc;
         for (int z = 0; z < k->nzero; z++) {
             const TensorSpec *s = &b->tensors[k->zero[z]];
@@ -139,12 +151,16 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             if (bytes && (rc = cuda_memset_async(ptrs[k->zero[z]], 0, bytes, stream)))
                 return rc;
         }
-        void *params[MAX_ARGS + MAX_DIMS + 4 + MAX_TMAPS];   /* 4: y_offset, a persistent kernel's three */
+        /* 4: y_offset, a persistent kernel's three */
+        void *params[MAX_ARGS + MAX_DIMS + MAX_ARGS * (ATTNRT_MAX_RANK - 1) + 4 + MAX_TMAPS];
         int np = 0;
         for (int i = 0; i < k->nargs; i++)
             params[np++] = &ptrs[k->args[i]];
         for (int i = 0; i < b->ndims; i++)
             params[np++] = &dimvals[i];
+        for (int i = 0; i < k->nargs; i++)   /* each tensor's strides but its innermost, in units */
+            for (int d = 0; d + 1 < b->tensors[k->args[i]].rank; d++)
+                params[np++] = &unit_strides[k->args[i]][d];
         /* grid.y is at most 65,535: a larger y (B·H) in slices, each told
          * its first y */
         int64_t y_total = grid[1], y_offset = 0;

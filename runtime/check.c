@@ -35,6 +35,80 @@ static size_t tensor_bytes(const attnrt_tensor *x) {
     return n;
 }
 
+void kernel_strides(const attnrt_tensor *x, int64_t *strides) {
+    int64_t contiguous = 1;
+    for (int i = x->rank - 1; i >= 0; i--) {
+        strides[i] = x->shape[i] > 1 ? x->strides[i] : contiguous;
+        contiguous = strides[i] * (x->shape[i] > 1 ? x->shape[i] : 1);
+    }
+}
+
+/* The bytes from x's first element to one past its last (0 if empty). */
+static uint64_t tensor_span(const attnrt_tensor *x) {
+    if (!tensor_bytes(x))
+        return 0;
+    uint64_t last = 0;
+    for (int i = 0; i < x->rank; i++)
+        last += (uint64_t)(x->shape[i] - 1) * (uint64_t)x->strides[i];
+    return (last + 1) * (uint64_t)dtype_size(x->dtype);
+}
+
+/* Whether two elements of x share an address: with its dims of size > 1
+ * ordered by stride, each stride must pass the last element of the dims
+ * inside it (PyTorch's test for a tensor it may write). */
+static bool self_overlapping(const attnrt_tensor *x) {
+    int order[ATTNRT_MAX_RANK], n = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (x->shape[i] > 1) {
+            int j = n++;
+            for (; j > 0 && x->strides[order[j - 1]] > x->strides[i]; j--)
+                order[j] = order[j - 1];
+            order[j] = i;
+        }
+    int64_t reach = 0;   /* the largest offset the dims inside reach */
+    for (int j = 0; j < n; j++) {
+        int i = order[j];
+        if (x->strides[i] <= reach)
+            return true;
+        reach += (x->shape[i] - 1) * x->strides[i];
+    }
+    return false;
+}
+
+/* The layout rules (doc/runtime.md): any strides ≥ 0 with the innermost 1
+ * and each other a multiple of its unit; an output's elements at distinct
+ * addresses. Dims of size 0 or 1 are not checked (never stepped along). */
+static int check_strides(const Block *b, const TensorSpec *s, const attnrt_tensor *x, const char *kind,
+                         const char *want) {
+    if (!tensor_bytes(x))   /* an empty tensor has no layout */
+        return ATTNRT_OK;
+    for (int i = s->rank - 1; i >= 0; i--) {   /* innermost first: its rule is the first to tell */
+        int64_t st = x->strides[i], unit = s->stride_unit[i];
+        if (x->shape[i] <= 1)
+            continue;
+        if (i == s->rank - 1 && st != 1)
+            return rt_fail(ATTNRT_ERROR_ARGUMENT,
+                           "%s '%s' of block '%s': stride %d (the innermost) is %lld; expected 1 (%s with any "
+                           "strides but a unit innermost one)",
+                           kind, s->name, b->name, i, (long long)st, want);
+        if (st < 0 || st % unit)
+            return rt_fail(ATTNRT_ERROR_ARGUMENT,
+                           "%s '%s' of block '%s': stride %d is %lld; expected a multiple of %lld >= 0 (%s: rows "
+                           "start %lld-byte aligned)",
+                           kind, s->name, b->name, i, (long long)st, (long long)unit, want,
+                           (long long)(unit * dtype_size(s->dtype)));
+        if (st > (INT64_C(1) << 40) / dtype_size(s->dtype))   /* (a tensor map's limit too) */
+            return rt_fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': stride %d is %lld, past 2^40 bytes (%s)",
+                           kind, s->name, b->name, i, (long long)st, want);
+    }
+    if (s->role == 1 && self_overlapping(x))
+        return rt_fail(ATTNRT_ERROR_ARGUMENT,
+                       "output '%s' of block '%s': its strides put two elements at one address (%s); an output's "
+                       "elements must not overlap",
+                       s->name, b->name, want);
+    return ATTNRT_OK;
+}
+
 static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor *x, Binding *bd, bool bind) {
     char want[256];
     shape_text(s, want, sizeof want);
@@ -75,14 +149,9 @@ static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor
             bd->from[bd->n++] = s->name;
         }
     }
-    int64_t expect = 1;
-    for (int i = s->rank - 1; i >= 0 && tensor_bytes(x); i--) {   /* an empty tensor has no layout */
-        if (x->shape[i] > 1 && x->strides[i] != expect)
-            return rt_fail(ATTNRT_ERROR_ARGUMENT,
-                        "%s '%s' of block '%s' is not contiguous: stride %d is %lld, expected %lld (row-major %s)", kind,
-                        s->name, b->name, i, (long long)x->strides[i], (long long)expect, want);
-        expect *= x->shape[i];
-    }
+    int rc = check_strides(b, s, x, kind, want);
+    if (rc)
+        return rc;
     if (tensor_bytes(x) && (uintptr_t)x->data % 16)   /* an empty tensor's pointer is never used */
         return rt_fail(ATTNRT_ERROR_ARGUMENT, "%s '%s' of block '%s': data pointer %p is not 16-byte aligned", kind,
                     s->name, b->name, x->data);
@@ -90,13 +159,15 @@ static int check_tensor(const Block *b, const TensorSpec *s, const attnrt_tensor
 }
 
 /* PyTorch's rule for out=: an output may share memory with no input and no
- * other output (a kernel would read what another thread already wrote). */
+ * other output (a kernel would read what another thread already wrote).
+ * Tested on the spans from first to last element, so interleaved tensors
+ * (two outputs in the halves of each row of one buffer) are refused too. */
 static int check_overlap(const Block *b, const attnrt_tensor *in, int nin, const attnrt_tensor *out, int nout) {
     for (int o = 0; o < nout; o++) {
-        uintptr_t lo = (uintptr_t)out[o].data, hi = lo + tensor_bytes(&out[o]);
+        uintptr_t lo = (uintptr_t)out[o].data, hi = lo + tensor_span(&out[o]);
         for (int j = 0; j < nin + o; j++) {
             const attnrt_tensor *x = j < nin ? &in[j] : &out[j - nin];
-            uintptr_t xlo = (uintptr_t)x->data, xhi = xlo + tensor_bytes(x);
+            uintptr_t xlo = (uintptr_t)x->data, xhi = xlo + tensor_span(x);
             if (lo < hi && xlo < xhi && lo < xhi && xlo < hi)
                 return rt_fail(ATTNRT_ERROR_ARGUMENT,
                             "output '%s' of block '%s' overlaps %s '%s' in memory; outputs may not share memory "

@@ -215,6 +215,26 @@ static int entry_tensor(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     snprintf(buf, sizeof buf, "%s", shape);
     if (t->role < 0 || !dtype_parse(dtype, &t->dtype) || !parse_shape(buf, t))
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: bad tensor '%s'", lineno, name);
+    const char *units = get(e, "stride_units");   /* each dim's but the innermost: powers of two to 16 bytes */
+    int nunits = 0;
+    if (units) {
+        char ubuf[256], *w[ATTNRT_MAX_RANK + 1];
+        snprintf(ubuf, sizeof ubuf, "%s", units);
+        nunits = split_list(ubuf, ',', w, ATTNRT_MAX_RANK + 1);
+        for (int d = 0; d < nunits && d < t->rank; d++) {
+            char *end;
+            long long u = strtoll(w[d], &end, 10);
+            if (*end || end == w[d] || u < 1 || u * dtype_size(t->dtype) > 16 || (u & (u - 1)))
+                nunits = -1;
+            else
+                t->stride_unit[d] = u;
+        }
+    }
+    if (nunits != (t->rank > 1 ? t->rank - 1 : 0))
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tensor '%s' needs stride_units=, a power of two of "
+                       "at most 16 bytes for each dim but the innermost", lineno, name);
+    if (t->rank)
+        t->stride_unit[t->rank - 1] = 1;
     for (int d = 0; d < t->rank; d++) {   /* each symbolic dim one the block declared */
         bool declared = !t->dims[d].sym[0];
         for (int i = 0; i < cur->ndims && !declared; i++)
@@ -283,6 +303,9 @@ static int entry_kernel(attnrt_module *m, Block **curp, Entry *e, int lineno) {
             int t = tensor_index(cur, w[i]);
             if (t < 0)
                 return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: unknown tensor '%s' in zero=", lineno, w[i]);
+            if (cur->tensors[t].role != 2)   /* cleared whole with a memset: a caller's strided tensor is not */
+                return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: zero= names '%s', which is not a temporary",
+                               lineno, w[i]);
             k->zero[k->nzero++] = t;
         }
     }

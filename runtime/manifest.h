@@ -6,7 +6,7 @@
 #define ATTNC_MANIFEST_H
 
 /* The manifest format written; libattnrt refuses others. */
-#define ATTNC_MANIFEST_VERSION 2
+#define ATTNC_MANIFEST_VERSION 3   /* 3: kernels take each tensor's strides (stride_units=) */
 
 enum {
     MANIFEST_MAX_NAME = 64,      /* bytes of a block, kernel or tensor name */

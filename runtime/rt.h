@@ -38,6 +38,8 @@ typedef struct TensorSpec {
     attnrt_dtype dtype;
     int rank;
     Dim dims[ATTNRT_MAX_RANK];
+    int64_t stride_unit[ATTNRT_MAX_RANK];   /* each dim's stride is a multiple of it; kernels take stride / unit
+                                               (manifest stride_units=; the innermost's stride is 1) */
 } TensorSpec;
 
 /* A tensor map a kernel takes by value (sm_90a TMA; manifest "tmap"): over
@@ -47,7 +49,7 @@ typedef struct TmapSpec {
     int tensor;
     unsigned box[ATTNRT_MAX_RANK];
     void *ptr;                          /* the cached map's */
-    int64_t shape[ATTNRT_MAX_RANK];
+    int64_t shape[ATTNRT_MAX_RANK], strides[ATTNRT_MAX_RANK];
     uint64_t map[16];                   /* a CUtensorMap (a copy: the module is malloc'd, 16-byte aligned) */
 } TmapSpec;
 
@@ -115,6 +117,10 @@ typedef struct Binding {
 } Binding;
 
 int64_t *binding_lookup(Binding *bd, const char *name);
+/* The strides a kernel is given for x (elements): x's own, except that a
+ * dim of size 0 or 1 gets the stride a contiguous layout would give it
+ * (PyTorch leaves those arbitrary; a tensor map needs them valid). */
+void kernel_strides(const attnrt_tensor *x, int64_t *strides);
 /* attnrt_validate, giving back the block and the bound dims. */
 int validate_call(const attnrt_module *m, const char *block, const attnrt_tensor *inputs, int ninputs,
                   const attnrt_tensor *outputs, int noutputs, int check_pointers, Block **bp, Binding *bd);

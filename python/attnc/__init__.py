@@ -8,8 +8,9 @@
                                                      # or loads the PTX from the cache (attnc.cache)
 
 ctypes over libattnrt (no compile step). Kernels launch on the current torch
-stream. Inputs must be contiguous CUDA tensors of the manifest's dtypes;
-outputs are allocated (or passed with out=). See doc/python.md.
+stream. Inputs are CUDA tensors of the manifest's dtypes, contiguous or
+strided views (innermost stride 1, 16-byte aligned rows), read with no copy;
+outputs are allocated (or passed with out=, views too). See doc/python.md.
 """
 import ctypes
 import os

@@ -11,7 +11,11 @@ fake (meta) implementation that gives the output shapes, so torch.compile
 graphs can hold them; the forward is registered with autograd: it saves q,
 k, v, the side inputs, o and lse, and its backward runs the compiled
 backward block on the current stream. The side inputs (ALiBi slopes, a
-document's ids) get no gradient; lse is not differentiable.
+document's ids) get no gradient; lse is not differentiable. q, k, v and the
+incoming gradient may be strided views (doc/runtime.md's rules), read with
+no copy; o and dq, dk, dv take the memory layout of q, k and v where those
+are dense (torch.empty_like), so that a model that made q as [B, N, H, D]
+and transposed it gets o and dq back in that layout, ready to reshape.
 """
 import itertools
 
@@ -32,23 +36,31 @@ def make_function(module, block):
         raise ValueError(f"block '{block}' is not an attention block with o and lse")
     name = f"{block}_{next(_count)}"
 
+    def outputs_like(q, v):
+        """o in q's memory layout (empty_like keeps a dense view's strides:
+        q made [B, N, H, D] and transposed gives o the same, whose transpose
+        back is contiguous), and lse."""
+        o = torch.empty_like(q) if q.shape[-1] == v.shape[-1] else q.new_empty(q.shape[:-1] + v.shape[-1:])
+        return o, q.new_empty(q.shape[:-1], dtype=torch.float32)
+
     @torch.library.custom_op(f"attnc::{name}", mutates_args=())
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 side: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        o, lse = module.run(block, q, k, v, *side)
+        o, lse = outputs_like(q, v)
+        module.run(block, q, k, v, *side, out=[o, lse])
         return o, lse
 
     @forward.register_fake
     def _(q, k, v, side):
-        return (q.new_empty(q.shape[:-1] + v.shape[-1:]),
-                q.new_empty(q.shape[:-1], dtype=torch.float32))
+        return outputs_like(q, v)
 
     @torch.library.custom_op(f"attnc::{name}_backward", mutates_args=())
     def backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, side: list[torch.Tensor],
                     o: torch.Tensor, lse: torch.Tensor,
                     do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dq, dk, dv = module.run(block + ".backward", q, k, v, *side, o, lse, do.contiguous())
-        return dq, dk, dv
+        grads = [torch.empty_like(t) for t in (q, k, v)]   # each in its input's layout, as outputs_like
+        module.run(block + ".backward", q, k, v, *side, o, lse, do, out=grads)
+        return tuple(grads)
 
     @backward_op.register_fake
     def _(q, k, v, side, o, lse, do):

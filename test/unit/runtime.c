@@ -33,19 +33,19 @@ int main(int argc, char **argv) {
     const char v1[] = "// attnc-manifest 1\n// target sm_70\n// block mha attention\n";
     report("old-version", attnrt_load_data(v1, sizeof v1 - 1, &m));
     /* a key this runtime does not know (a later target's cluster launch) */
-    const char unknown[] = "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n"
-                           "// dims names=N\n// tensor role=in name=q dtype=f16 shape=N,64\n"
+    const char unknown[] = "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n"
+                           "// dims names=N\n// tensor role=in name=q dtype=f16 shape=N,64 stride_units=8\n"
                            "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=q cluster=2,1,1\n// end\n";
     report("unknown-key", attnrt_load_data(unknown, sizeof unknown - 1, &m));
-    const char missing[] = "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
+    const char missing[] = "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
                            "// tensor role=in name=q dtype=f16\n";
     report("missing-key", attnrt_load_data(missing, sizeof missing - 1, &m));
-    const char positional[] = "// attnc-manifest 2\n// target sm_80\n";
+    const char positional[] = "// attnc-manifest 3\n// target sm_80\n";
     report("positional", attnrt_load_data(positional, sizeof positional - 1, &m));
     /* tensor maps (sm_90a TMA): each follows its kernel's line, a box size per dim in 1..256, a swizzle this
      * runtime knows */
-#define TMAP_HEAD "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
-                  "// tensor role=in name=k dtype=f16 shape=N,64\n// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k\n"
+#define TMAP_HEAD "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
+                  "// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k\n"
     const char tmap_good[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=128\n// end\n";
     report("tmap-good", attnrt_load_data(tmap_good, sizeof tmap_good - 1, &m));
     attnrt_unload(m);
@@ -59,8 +59,8 @@ int main(int argc, char **argv) {
     const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
     report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
     /* f32 tensors take maps too (the backward's accumulators, added into by bulk reduce-adds); i32 ones do not */
-#define TMAP_TYPED(T) "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
-                      "// tensor role=in name=a dtype=" T " shape=N,64\n" \
+#define TMAP_TYPED(T) "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
+                      "// tensor role=in name=a dtype=" T " shape=N,64 stride_units=4\n" \
                       "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=a\n// tmap kernel=b_k0 tensor=a box=64,32 swizzle=128\n// end\n"
     const char tmap_f32[] = TMAP_TYPED("f32");
     report("tmap-f32", attnrt_load_data(tmap_f32, sizeof tmap_f32 - 1, &m));
@@ -70,8 +70,8 @@ int main(int argc, char **argv) {
     report("tmap-i32", attnrt_load_data(tmap_i32, sizeof tmap_i32 - 1, &m));
     /* persistent=counter: blocks that loop over the grid's x and y (sm_90a), so z must be 1;
      * another kind (an older attnc's persistent=1 took no tile counter) is refused */
-#define PERSISTENT_HEAD "// attnc-manifest 2\n// target name=sm_90a\n// block name=b kind=attention\n" \
-                        "// dims names=N\n// tensor role=in name=k dtype=f16 shape=N,64\n"
+#define PERSISTENT_HEAD "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n" \
+                        "// dims names=N\n// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n"
     const char persistent_good[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k persistent=counter\n"
                                                    "// end\n";
     report("persistent-good", attnrt_load_data(persistent_good, sizeof persistent_good - 1, &m));
@@ -91,8 +91,8 @@ int main(int argc, char **argv) {
     snprintf(when_long, sizeof when_long, PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k when=(N<=%0300d)\n", 1);
     report("when-long", attnrt_load_data(when_long, strlen(when_long), &m));
     /* zero=: tensors the runtime clears before a launch (the backward's dQ accumulator) */
-#define ZERO_HEAD "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
-                  "// tensor role=in name=k dtype=f16 shape=N,64\n// tensor role=tmp name=tmp0 dtype=f32 shape=N,64\n"
+#define ZERO_HEAD "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
+                  "// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n// tensor role=tmp name=tmp0 dtype=f32 shape=N,64 stride_units=4\n"
     const char zero_good[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp0\n// end\n";
     report("zero-good", attnrt_load_data(zero_good, sizeof zero_good - 1, &m));
     attnrt_unload(m);
@@ -104,18 +104,28 @@ int main(int argc, char **argv) {
     report("cut-between-lines", attnrt_load_data(cut_between, sizeof cut_between - 1, &m));
     /* what the runtime cannot hold is refused whole, never cut to fit: a 17th dim, a name past 63
      * characters, a dim no dims line names (which the shape lookup would not find) */
-    const char dims17[] = "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
+    const char dims17[] = "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
                           "// dims names=A,B,C,D,E,F,G,H,I,J,K,L,M,N,O,P,Q\n// end\n";
     report("dims-17", attnrt_load_data(dims17, sizeof dims17 - 1, &m));
     char long_name[512];
-    snprintf(long_name, sizeof long_name, "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
-             "// dims names=N\n// tensor role=in name=%070d dtype=f16 shape=N,64\n// end\n", 7);
+    snprintf(long_name, sizeof long_name, "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
+             "// dims names=N\n// tensor role=in name=%070d dtype=f16 shape=N,64 stride_units=8\n// end\n", 7);
     report("name-too-long", attnrt_load_data(long_name, strlen(long_name), &m));
-    const char undeclared[] = "// attnc-manifest 2\n// target name=sm_80\n// block name=b kind=attention\n"
-                              "// dims names=N\n// tensor role=out name=o dtype=f16 shape=M,64\n// end\n";
+    const char undeclared[] = "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
+                              "// dims names=N\n// tensor role=out name=o dtype=f16 shape=M,64 stride_units=8\n// end\n";
     report("dim-undeclared", attnrt_load_data(undeclared, sizeof undeclared - 1, &m));
     const char zero_bad[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp9\n";
     report("zero-unknown", attnrt_load_data(zero_bad, sizeof zero_bad - 1, &m));
+    /* zero= clears a temporary whole (a memset); a caller's tensor, maybe strided, is not its to clear */
+    const char zero_input[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=k\n";
+    report("zero-input", attnrt_load_data(zero_input, sizeof zero_input - 1, &m));
+    /* stride_units=: a power of two of at most 16 bytes for each dim but the innermost */
+#define UNITS(U) "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n// dims names=N\n" \
+                 "// tensor role=in name=q dtype=f16 shape=2,N,64" U "\n// end\n"
+    const char *units_bad[] = {UNITS(""), UNITS(" stride_units=8"), UNITS(" stride_units=8,3"),
+                               UNITS(" stride_units=8,16"), UNITS(" stride_units=8,8,8")};
+    for (int i = 0; i < 5; i++)
+        report("units-bad", attnrt_load_data(units_bad[i], strlen(units_bad[i]), &m));
     if (argc < 2 || attnrt_load_file(argv[1], &m)) {
         fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
         return 1;
@@ -148,9 +158,41 @@ int main(int argc, char **argv) {
     memcpy(bad, in, sizeof in);
     bad[1] = t4(buf[1], ATTNRT_F16, 2, 16, 6, 64);
     report("inconsistent-dim", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    /* any strides with a unit innermost one and 16-byte aligned rows (this block's units are 8 f16):
+     * [B, N, H, D] transposed to [B, H, N, D], a slice of a fused QKV [B, N, 3, H, D], rows padded */
+    attnrt_tensor view[3];
+    memcpy(view, in, sizeof in);
+    int64_t H = 16, N = 5, D = 64;
+    view[0].strides[0] = N * H * D, view[0].strides[1] = D, view[0].strides[2] = H * D;
+    view[1].strides[0] = N * 3 * H * D, view[1].strides[1] = D, view[1].strides[2] = 3 * H * D;
+    view[2].strides[2] = 72, view[2].strides[1] = N * 72, view[2].strides[0] = H * N * 72;
+    report("strided-views", attnrt_validate(m, "mha", view, 3, out, 1, 0));
     memcpy(bad, in, sizeof in);
-    bad[0].strides[2] = 128;
-    report("strides", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    bad[0].shape[0] = 1, bad[0].strides[0] = 3;   /* a dim of size 1: its stride is never stepped along */
+    bad[1].shape[0] = 1, bad[2].shape[0] = 1;
+    attnrt_tensor one_out = t4(buf[3], ATTNRT_F16, 1, 16, 5, 64);
+    report("size-one-stride", attnrt_validate(m, "mha", bad, 3, &one_out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[0].strides[3] = 2;
+    report("strides-inner", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[0].strides[2] = 100;
+    report("strides-unit", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[1].strides[1] = -320;
+    report("strides-negative", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    memcpy(bad, in, sizeof in);
+    bad[1].strides[1] = 0;   /* an input may repeat memory (PyTorch's expand) */
+    report("input-stride-0", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
+    attnrt_tensor self_overlap = out[0];
+    self_overlap.strides[1] = 0;   /* 16 heads written to one place */
+    report("out-self-overlap", attnrt_validate(m, "mha", in, 3, &self_overlap, 1, 0));
+    /* q and o as the two halves of each row of one [B, H, N, 128] buffer: interleaved, refused as overlapping */
+    attnrt_tensor halves[2] = {t4(buf[0], ATTNRT_F16, 2, 16, 5, 64), t4(buf[0] + 128, ATTNRT_F16, 2, 16, 5, 64)};
+    for (int i = 0; i < 2; i++)
+        halves[i].strides[2] = 128, halves[i].strides[1] = 5 * 128, halves[i].strides[0] = 16 * 5 * 128;
+    attnrt_tensor half_in[3] = {halves[0], in[1], in[2]};
+    report("out-interleaved", attnrt_validate(m, "mha", half_in, 3, &halves[1], 1, 0));
     memcpy(bad, in, sizeof in);
     bad[1].data = buf[1] + 2;
     report("alignment", attnrt_validate(m, "mha", bad, 3, out, 1, 0));
@@ -176,8 +218,8 @@ int main(int argc, char **argv) {
     attnrt_unload(m);
     /* a check whose arithmetic leaves 64 bits at these dims (N = 5): an error that says so, not a SIGFPE
      * (INT64_MIN / -1) or a wrapped value */
-#define CHECK_BLOCK(E) "// attnc-manifest 2\n// target name=sm_80\n// block name=c kind=attention\n// dims names=B,N\n" \
-                       "// tensor role=in name=q dtype=f16 shape=B,16,N,64\n// assert expr=" E " message=never\n// end\n"
+#define CHECK_BLOCK(E) "// attnc-manifest 3\n// target name=sm_80\n// block name=c kind=attention\n// dims names=B,N\n" \
+                       "// tensor role=in name=q dtype=f16 shape=B,16,N,64 stride_units=8,8,8\n// assert expr=" E " message=never\n// end\n"
     const char *overflowing[] = {CHECK_BLOCK("(((N-5)-9223372036854775807-1)/(0-1))>0"),
                                  CHECK_BLOCK("(N*9223372036854775807)>0"), CHECK_BLOCK("(N+9223372036854775807)>0"),
                                  CHECK_BLOCK("(N-9223372036854775807-9)>0"), CHECK_BLOCK("(N-99999999999999999999)>0")};
