@@ -29,11 +29,10 @@ static LLVMValueRef dst_offset(Cg *cg, const Mem *dst, LLVMValueRef row, LLVMVal
 static bool copy_with_offsets(Cg *cg, const Op *op, const Mem *src, const Mem *dst, const Token *t, LLVMValueRef base,
                               int n, int bytes) {
     Attr *dims = op_attr(op, "dims");
-    int64_t per_row = t->cols / t->vec, total = t->rows * per_row;
     int row_dim = (int)dims->elems[0]->i;
-    if (total % cg->threads || cg->threads % per_row || row_dim < 0)
+    int64_t rows_apart = box_rows_apart(cg, t);
+    if (!rows_apart || row_dim < 0)
         return false;
-    int64_t rows_apart = cg->threads / per_row;
     if (dst->swizzle && rows_apart % 8)   /* the swizzle would differ between a thread's vectors */
         return false;
     /* vector j is j·rows_apart rows on: j · step_bytes bytes times the

@@ -395,6 +395,10 @@ void emit_alloc(Cg *cg, const Op *op);
 int64_t inner_size_of(const Value *mem);
 int copy_vec(const Mem *m, int64_t cols, int inner_axis_dim, int64_t inner_size);
 LLVMValueRef box_vector(Cg *cg, const Token *t, int j, LLVMValueRef *row, LLVMValueRef *col);
+/* How many rows apart a thread's vectors of box t are when every thread
+ * copies the same number of them, all at one column (their rows then step
+ * by it); 0 otherwise. */
+int64_t box_rows_apart(const Cg *cg, const Token *t);
 Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t rows, int64_t cols,
                 int64_t inner_size);
 void land(Cg *cg, const Token *t, LLVMValueRef base, int64_t stride, int64_t panel_rows, int swizzle);

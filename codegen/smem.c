@@ -181,6 +181,13 @@ LLVMValueRef box_vector(Cg *cg, const Token *t, int j, LLVMValueRef *row, LLVMVa
     return f;
 }
 
+int64_t box_rows_apart(const Cg *cg, const Token *t) {
+    int64_t per_row = t->cols / t->vec;
+    if ((t->rows * per_row) % cg->threads || cg->threads % per_row)
+        return 0;
+    return cg->threads / per_row;
+}
+
 /* Global loads of a rows×cols box into registers, each thread a few vectors;
  * outside the memref reads 0. */
 Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t rows, int64_t cols,
@@ -199,16 +206,17 @@ Token *prefetch(Cg *cg, const Op *op, const Mem *src, int first_index, int64_t r
      * dim with a stride parameter: vector j is vector 0 plus j·rows_apart
      * rows (opaque_scaled), inside while that many rows remain. */
     int row_dim = (int)dims->elems[0]->i;
-    int64_t per_row = cols / t->vec, rows_apart = cg->threads / per_row;
-    bool stepped = total % cg->threads == 0 && cg->threads % per_row == 0 && row_dim >= 0 && src->stride_param[row_dim];
+    int64_t rows_apart = box_rows_apart(cg, t);
+    bool stepped = rows_apart && row_dim >= 0 && src->stride_param[row_dim];
     LLVMValueRef off0 = NULL, inside0 = NULL, room = NULL;
     for (int j = 0; j < t->nregs; j++) {
-        LLVMValueRef row, col, f = box_vector(cg, t, stepped ? 0 : j, &row, &col);
-        LLVMValueRef co[8], inside, off;
+        LLVMValueRef f = NULL, inside, off;   /* f: the vector's number, for a box the threads do not divide */
         if (stepped && j > 0) {
             off = add(cg, off0, opaque_scaled(cg, src->stride_param[row_dim], j * rows_apart * src->stride_unit[row_dim]));
             inside = LLVMBuildAnd(cg->b, inside0, LLVMBuildICmp(cg->b, LLVMIntSGT, room, ci64(cg, j * rows_apart), ""), "");
         } else {
+            LLVMValueRef row, col, co[8];
+            f = box_vector(cg, t, j, &row, &col);
             mem_coords(cg, op, src, first_index, row, col, co);
             off = off0 = mem_offset(cg, src, co, &inside);
             inside0 = inside;

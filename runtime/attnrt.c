@@ -83,6 +83,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
      * for the kernels): inputs, outputs, temporaries (contiguous) */
     void *ptrs[MAX_TENSORS] = {0};
     int64_t strides[MAX_TENSORS][ATTNRT_MAX_RANK], unit_strides[MAX_TENSORS][ATTNRT_MAX_RANK];
+    size_t temp_bytes[MAX_TENSORS] = {0};   /* this call's size of each temporary (zero= clears that much) */
     int iin = 0, iout = 0;
     for (int t = 0; t < b->ntensors; t++) {
         const TensorSpec *s = &b->tensors[t];
@@ -91,15 +92,15 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
             ptrs[t] = x->data;
             kernel_strides(x, strides[t]);
         } else {
-            size_t bytes = (size_t)dtype_size(s->dtype);
+            int64_t elems = 1;   /* contiguous, dims of size 0 or 1 given the next one's stride (kernel_strides) */
+            bool empty = false;
             for (int d = s->rank - 1; d >= 0; d--) {
-                strides[t][d] = (int64_t)(bytes / (size_t)dtype_size(s->dtype));
                 int64_t n = dim_value(&bd, &s->dims[d]);
-                bytes *= (size_t)(n > 1 ? n : 1);
+                strides[t][d] = elems;
+                elems *= n > 1 ? n : 1;
+                empty |= n == 0;
             }
-            for (int d = 0; d < s->rank; d++)
-                if (!dim_value(&bd, &s->dims[d]))
-                    bytes = 0;
+            size_t bytes = temp_bytes[t] = empty ? 0 : (size_t)elems * (size_t)dtype_size(s->dtype);
             if (bytes && b->temp_bytes[t] < bytes) {
                 if (b->temp[t]) {
                     cuda_free(b->temp[t]);
@@ -143,14 +144,9 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         for (int j = 0; j < k->ntmaps; j++)
             if ((rc = encode_tmap(b, k, &k->tmaps[j], ptrs, strides[k->tmaps[j].tensor], &bd)))
                 return rc;
-        for (int z = 0; z < k->nzero; z++) {
-            const TensorSpec *s = &b->tensors[k->zero[z]];
-            size_t bytes = (size_t)dtype_size(s->dtype);
-            for (int d = 0; d < s->rank; d++)
-                bytes *= (size_t)dim_value(&bd, &s->dims[d]);
-            if (bytes && (rc = cuda_memset_async(ptrs[k->zero[z]], 0, bytes, stream)))
+        for (int z = 0; z < k->nzero; z++)   /* temporaries only (manifest.c) */
+            if (temp_bytes[k->zero[z]] && (rc = cuda_memset_async(ptrs[k->zero[z]], 0, temp_bytes[k->zero[z]], stream)))
                 return rc;
-        }
         /* 4: y_offset, a persistent kernel's three */
         void *params[MAX_ARGS + MAX_DIMS + MAX_ARGS * (ATTNRT_MAX_RANK - 1) + 4 + MAX_TMAPS];
         int np = 0;
