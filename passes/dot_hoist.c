@@ -24,11 +24,12 @@
  * rotated: its order is that pass's.
  *
  * Runs on sm_90a's target IR (after softmax-overlap), on the launches
- * whose schedule says overlap(1) (for the backward, the key-tile kernel:
- * tiling records it there). Not on by default: it has not been timed on
- * a GPU yet; at head dim 128 ptxas spills more with it (228 bytes against
- * 132 in gqa_causal's key-tile kernel), at head dim 64 it does not (224
- * registers against 227). Guarantees: the same values
+ * whose schedule.overlap is 1: the schedule's overlap(1), and by default
+ * the backward's key-tile kernel (tiling_backward.c records the target's
+ * bwd_overlap there; overlap(0) turns it off). On the H100 it made the
+ * backward 3 % faster over the quick protocol with no row slower
+ * (bench/results/2026-12-06-h100/NOTES.md, item 3), although at head dim
+ * 128 ptxas spills a little more with it. Guarantees: the same values
  * (each dot reads what it read before; the interpreter checks it with
  * --check-each-pass).
  */
@@ -123,8 +124,7 @@ bool pass_dot_hoist(Op *module, PassContext *ctx) {
         for_each_op(launch, op_body(func)) {
             if (launch->kind != OP_LAUNCH || op_attr(launch, "nv.overlap"))
                 continue;
-            /* only where the schedule asks (overlap(1)) until it is
-             * measured on the H200 */
+            /* where the schedule (or the backward's default) asks */
             Attr *on = op_attr(launch, "schedule.overlap");
             if (!on || !on->i)
                 continue;

@@ -469,9 +469,11 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
     Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover);
     block_append(&tmp, mainl);
-    Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);   /* dot-hoist's switch */
-    if (overlap)
-        op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, overlap->i));
+    /* dot-hoist's switch: the schedule's overlap(0|1), else the target's default */
+    Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);
+    bool hoist = overlap ? overlap->i != 0 : target_lookup(ctx->arch)->bwd_overlap;
+    if (overlap || hoist)
+        op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, hoist));
     Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, ROW_KERNEL_ROWS) : mainl;   /* (dk, dv its results 0, 1) */
     if (kv != mainl)
         block_append(&tmp, kv);

@@ -103,6 +103,10 @@ const Target target_sm90a = {
                    {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
     .gemm_tile = {128, 128, 64}, .gemm_group = 8, .stages = 2,
     .bwd_tile = {64, 64},
+    /* dPᵀ during the exponentials of Pᵀ: 3 % faster over the quick
+     * protocol on the H100, no row slower (bench/results/2026-12-06-h100/
+     * NOTES.md, item 3); numerics: bench/results/2026-12-06-h100-overlap/ */
+    .bwd_overlap = true,
     .row_block = 2,
     .pipeline = sm90a_pipeline, .lowering = "sm90a-layout",
 };

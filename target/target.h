@@ -56,6 +56,9 @@ typedef struct Target {
      * up to 64 ({0, 0}: bwd_tile) and over (the two equal: the kernel
      * keeps every tile in one row layout, schedule.def's SD_EQUAL) */
     int64_t bwd_tile[2], bwd_tile_d64[2];   /* the first whose max_d the head dim does not pass */
+    /* the backward's key-tile kernel issues dPᵀ = V·dOᵀ right after
+     * Sᵀ = K·Qᵀ (dot-hoist) unless the schedule says overlap(0) */
+    bool bwd_overlap;
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t gemm_group;            /* GEMM programs start in groups of this many row tiles (tiling.c
                                       gemm_tile_of; 0 or 1: row tile by row tile) */
