@@ -3,6 +3,11 @@
 float64 PyTorch autograd.
 
     python3 bench/backward_check.py --kit KIT --out DIR [--arch sm_70|sm_80|sm_90a] [--dtype f16|bf16] [--quick]
+        [--schedule "backward_tile(64, 128);" --head-dims 128]
+
+--schedule adds its directives to the schedule of every block the script
+writes for the target (the examples, written with their own schedules, are
+then left out); --head-dims keeps the cases of those head dims.
 
 For each case: q, k, v (and side inputs) fresh random numbers; attnc's
 forward gives o and lse; do is random; NAME.backward (attnc -backward) gives
@@ -29,6 +34,22 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402  (python/ on the path)
 import gpu_check as gc  # noqa: E402
 import attnc  # noqa: E402  (gpu_check put python/ on the path)
+
+
+SCHEDULE = ""          # --schedule: directives added to every block written here
+HEAD_DIMS = (64, 128)  # --head-dims
+
+
+def write_block(tmp, name, src, directives=""):
+    """The block's source in tmp/NAME.attn, with its schedule for the target
+    (these directives and --schedule's); returns the path."""
+    sched = (directives + " " + SCHEDULE).strip()
+    if sched:
+        src += f"schedule {name} for {gc.ARCH} {{ {sched} }}\n"
+    path = os.path.join(tmp, name + ".attn")
+    with open(path, "w") as f:
+        f.write(src)
+    return path
 
 
 def grads(q, k, v, do, scale, mask_fn, score_fn, dtype):
@@ -70,51 +91,41 @@ def run_case(rep, mod, name, label, B, H, HKV, NQ, NK, D, acc, scale, mask_fn, s
 
 def cases(rep, tmp, quick, small=False):
     if small:   # under compute-sanitizer: one small causal GQA case per head dim (d64: deterministic)
-        for D in (64, 128):
+        for D in HEAD_DIMS:
             name = f"bwd_small_d{D}"
-            path = os.path.join(tmp, name + ".attn")
-            with open(path, "w") as f:
-                f.write(gc.attention_src(name, 4, 2, D, "f32", "j <= i", None, True) +
-                        (f"schedule {name} for {gc.ARCH} {{ deterministic; }}\n" if D == 64 else ""))
+            path = write_block(tmp, name, gc.attention_src(name, 4, 2, D, "f32", "j <= i", None, True),
+                               "deterministic;" if D == 64 else "")
             mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
             run_case(rep, mod, name, f"small d{D}", 1, 4, 2, 70, 93, D, "f32", D ** -0.5, gc.causal, None)
         return
     pairs = [(113, 203), (128, 217), (108, 256), (256, 512), (512, 256), (1, 1), (239, 1), (1023, 1024)]
     if quick:
         pairs = pairs[:4] + [(1023, 1024)]
-    for D in (64, 128):
+    for D in HEAD_DIMS:
         for acc in gc.accs():
             for causal in (False, True):
                 for H, HKV in ((4, 4), (8, 2)):
                     name = f"bwd_d{D}_{acc}_{'c' if causal else 'n'}_{H}_{HKV}"
                     src = gc.attention_src(name, H, HKV, D, acc, "j <= i" if causal else None, None, True)
-                    path = os.path.join(tmp, name + ".attn")
-                    with open(path, "w") as f:
-                        f.write(src)
+                    path = write_block(tmp, name, src)
                     mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
                     for NQ, NK in pairs:
                         run_case(rep, mod, name, f"d{D} {acc} {'causal' if causal else 'full'} gqa{H}/{HKV}",
                                  1 if NQ * NK > 100000 else 2, H, HKV, NQ, NK, D, acc, D ** -0.5,
                                  gc.causal if causal else None, None)
     # strided q, k, v, do and dq, dk, dv (the views models pass), no copies
-    for D in (64, 128):
+    for D in HEAD_DIMS:
         name = f"bwd_strided_d{D}"
-        path = os.path.join(tmp, name + ".attn")
-        with open(path, "w") as f:
-            f.write(gc.attention_src(name, 8, 2, D, "f32", "j <= i", None, True))
+        path = write_block(tmp, name, gc.attention_src(name, 8, 2, D, "f32", "j <= i", None, True))
         mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
         for layout in gc.LAYOUTS[1:]:
             for N in (113, 1000):
                 run_case(rep, mod, name, f"strided d{D} causal gqa8/2", 2, 8, 2, N, N, D, "f32", D ** -0.5,
                          gc.causal, None, layout=layout)
     # deterministic: dq without atomics, the same bits on every run
-    for D in (64, 128):
+    for D in HEAD_DIMS:
         name = f"bwd_det_d{D}"
-        src = gc.attention_src(name, 8, 2, D, "f32", "j <= i", None, True) + \
-            f"schedule {name} for {gc.ARCH} {{ deterministic; }}\n"
-        path = os.path.join(tmp, name + ".attn")
-        with open(path, "w") as f:
-            f.write(src)
+        path = write_block(tmp, name, gc.attention_src(name, 8, 2, D, "f32", "j <= i", None, True), "deterministic;")
         mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
         for NQ, NK in ((113, 203), (1023, 1024)):
             run_case(rep, mod, name, f"deterministic d{D} causal gqa8/2", 2, 8, 2, NQ, NK, D, "f32", D ** -0.5,
@@ -128,11 +139,10 @@ def cases(rep, tmp, quick, small=False):
             same = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(r, runs[0]))
             rep.expect(f"deterministic d{D} {NQ}x{NK}: 5 runs bit-identical", same, "dq, dk, dv")
     # softcap (Gemma's tanh cap), causal: the hook's derivative
+    if 128 not in HEAD_DIMS:
+        return
     name = "bwd_softcap"
-    src = gc.attention_src(name, 4, 4, 128, "f32", "j <= i", "30 * tanh(s / 30)", True)
-    path = os.path.join(tmp, name + ".attn")
-    with open(path, "w") as f:
-        f.write(src)
+    path = write_block(tmp, name, gc.attention_src(name, 4, 4, 128, "f32", "j <= i", "30 * tanh(s / 30)", True))
     mod = attnc.compile(path, arch=gc.ARCH, output=path[:-5] + ".ptx", backward=True)
     for NQ, NK in ((113, 203), (1023, 1024)):
         run_case(rep, mod, name, "softcap 30 causal", 2, 4, 4, NQ, NK, 128, "f32", 128 ** -0.5, gc.causal,
@@ -187,19 +197,23 @@ def main():
     ap.add_argument("--arch", default="sm_80", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--small", action="store_true", help="two small cases (for compute-sanitizer)")
+    ap.add_argument("--schedule", default="", help="directives added to every block's schedule for the target")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     args = ap.parse_args()
+    global SCHEDULE, HEAD_DIMS
+    SCHEDULE, HEAD_DIMS = args.schedule, tuple(args.head_dims)
     common.use_kit(args.kit)
     gc.ARCH = args.arch
     gc.DT = torch.float16 if args.dtype == "f16" else torch.bfloat16
     gc.DTN = args.dtype
     gc.F16ACC = args.dtype == "f16"
     os.makedirs(args.out, exist_ok=True)
-    tag = "-small" if args.small else ""
+    tag = ("-small" if args.small else "") + ("-schedule" if SCHEDULE else "")
     with open(os.path.join(args.out, f"backward-{args.arch}-{args.dtype}{tag}.log"), "w") as log, \
             tempfile.TemporaryDirectory() as tmp:
         rep = gc.Report(log)
         cases(rep, tmp, args.quick, args.small)
-        if not args.small:
+        if not args.small and not SCHEDULE:
             example_cases(rep, tmp)
         failed = [r for r in rep.rows if not r[5]]
         line = f"backward {args.arch} {args.dtype}: {len(rep.rows)} checks, {len(failed)} failed"

@@ -56,6 +56,21 @@ const Token *wait_token(Cg *cg, const Op *op) {
  * tile.trans): stored row-major into a shared buffer of its own, which the
  * dots then read as a View. The barrier before the stores lets the previous
  * loop iteration's readers finish; the one after publishes them. */
+ThreadIds thread_ids_here(Cg *cg) {
+    ThreadIds saved = {cg->lane, cg->warp_row, cg->warp_col};
+    if (!cg->rematerialise)
+        return saved;
+    LLVMValueRef *ids[3] = {&cg->lane, &cg->warp_row, &cg->warp_col};
+    for (int i = 0; i < 3; i++)
+        if (*ids[i] && !LLVMIsConstant(*ids[i]))
+            *ids[i] = cg_asm(cg, "mov.b32 $0, $1;", "=r,r", cg->i32, ids[i], 1);
+    return saved;
+}
+
+void thread_ids_restore(Cg *cg, ThreadIds saved) {
+    cg->lane = saved.lane, cg->warp_row = saved.warp_row, cg->warp_col = saved.warp_col;
+}
+
 static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
     Attr *sw = op_attr(op, "nv.swizzle"), *rs = op_attr(op, "nv.row_stride");
     int swizzle = sw ? (int)sw->i : 0;
@@ -71,6 +86,7 @@ static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
     Pos *ps;
     int n = positions(cg, d->rows, d->cols, &ps);
     LLVMValueRef own = tile_owner(cg, d->rows, d->cols);
+    ThreadIds ids = thread_ids_here(cg);
     for (int k = 0; k < n; k++) {
         LLVMValueRef row, col;
         coords(cg, ps[k], d->rows, d->cols, &row, &col);
@@ -79,6 +95,7 @@ static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
         store_elem(cg, d->elem, dist_get(cg, d, ps[k]), gep(cg, d->elem, w->base, off));
         if_end(cg, join);
     }
+    thread_ids_restore(cg, ids);
     proxy_fence(cg);
     cg_barrier(cg);
     return w;
@@ -439,6 +456,8 @@ static bool read_layout(Cg *cg, const Op *launch) {
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
     Attr *overlap = op_attr(launch, "nv.overlap");
     cg->hopper.lazy_dots = overlap && overlap->i;
+    Attr *remat = op_attr(launch, "nv.rematerialise");
+    cg->rematerialise = remat && remat->i;
     return read_skeleton(cg, launch);
 }
 

@@ -296,6 +296,9 @@ struct Cg {
     int64_t R;
     LLVMValueRef tid, lane, warp;
     LLVMValueRef warp_row, warp_col;   /* warp / wcols, warp % wcols */
+    /* nv.rematerialise: addresses and wgmma descriptors formed where they
+     * are used (thread_ids_here, sm90a.c's operand), not held across loops */
+    bool rematerialise;
     bool async;          /* async copies were issued (drain them) */
     bool short_shared;   /* shared pointers are 32-bit (target.h short_shared) */
     /* dynamic shared memory: live ranges, reused once their owner is dead */
@@ -330,6 +333,18 @@ static inline LLVMValueRef ci32(Cg *cg, int64_t v) { return LLVMConstInt(cg->i32
 static inline LLVMValueRef zext64(Cg *cg, LLVMValueRef v) { return LLVMBuildZExt(cg->b, v, cg->i64, ""); }
 static inline LLVMValueRef add(Cg *cg, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildAdd(cg->b, x, y, ""); }
 static inline LLVMValueRef mul(Cg *cg, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildMul(cg->b, x, y, ""); }
+/* The thread's coordinates (lane, warp_row, warp_col), made opaque where
+ * an op starts under the launch's nv.rematerialise: the per-element
+ * addresses it forms from them are then formed there, a few integer ops
+ * each, instead of LLVM holding each across the enclosing loop in a
+ * register of its own (which ptxas spills beside large accumulators).
+ * thread_ids_restore puts the plain ones back at the op's end. */
+typedef struct ThreadIds {
+    LLVMValueRef lane, warp_row, warp_col;
+} ThreadIds;
+ThreadIds thread_ids_here(Cg *cg);
+void thread_ids_restore(Cg *cg, ThreadIds saved);
+
 static inline LLVMValueRef lane_bit(Cg *cg, int mask) {   /* lane & mask, as i64 */
     return zext64(cg, LLVMBuildAnd(cg->b, cg->lane, ci32(cg, mask), ""));
 }

@@ -57,7 +57,27 @@ static bool store_per_warpgroup(const Cg *cg, int64_t rows) {
     return cg->lay == LAY_ACC && cg->mrep == 1 && rows == 16 * cg->nwarps && rows % 64 == 0;
 }
 
-static int64_t tma_store_rows(const Cg *cg, int64_t rows) { return store_per_warpgroup(cg, rows) ? 64 : rows; }
+/* The slab of a TMA store (tma_store): `rows` rows along the memref's dim
+ * row_dim by `cols` of its innermost dim, in 128-byte panels. trans: the
+ * tile's rows run along the innermost dim (the backward's dQᵀ, dims =
+ * [inner, row_dim]), so the slab holds the tile transposed, and a
+ * warpgroup's 64 rows of it are 64 columns of the slab. */
+typedef struct Slab {
+    bool trans, per_warpgroup;
+    int row_dim;
+    int64_t rows, cols;   /* this thread's slab: all the tile's rows, or its warpgroup's */
+} Slab;
+
+static Slab slab_of(const Cg *cg, const Op *op, int64_t tile_rows, int64_t tile_cols) {
+    Attr *dims = op_attr(op, "dims");
+    int inner = op->operands[0]->type->rank - 1;
+    Slab s = {.trans = dims->elems[0]->i == inner, .per_warpgroup = store_per_warpgroup(cg, tile_rows)};
+    s.row_dim = (int)dims->elems[s.trans ? 1 : 0]->i;
+    int64_t own_rows = s.per_warpgroup ? 64 : tile_rows;   /* this thread's warpgroup's rows of the tile */
+    s.rows = s.trans ? tile_cols : own_rows;
+    s.cols = s.trans ? own_rows : tile_cols;
+    return s;
+}
 
 bool tma_collect(Cg *cg, const Block *blk) {
     const Block *top = cg->spec->launch->regions[0].blocks[0];
@@ -74,23 +94,27 @@ bool tma_collect(Cg *cg, const Block *blk) {
          * thread stores of its tile (tma_store) by a 128-byte panel */
         const Value *src = op->operands[0];
         const Type *st = src->type, *tt = op->operands[1]->type;
-        int64_t rows = store ? tma_store_rows(cg, tt->dims[0].size) : tt->dims[1].size;
-        int64_t cols = store ? tt->dims[1].size : tt->dims[2].size;
-        int64_t panel = store ? panel_cols(st->elem) : TMA_PANEL;
         Attr *dims = op_attr(op, "dims");
         int arg = -1;
         for (int i = 3; i < top->nargs; i++)
             if (top->args[i] == src)
                 arg = i - 3;
-        if (arg < 0 || st->rank > 5 || tt->rank != (store ? 2 : 3) || cols % panel || rows > 256 ||
-            !dims || dims->n != 2 || dims->elems[1]->i != st->rank - 1)
+        if (arg < 0 || st->rank > 5 || tt->rank != (store ? 2 : 3) || !dims || dims->n != 2)
+            arg = -1;
+        Slab slab = store && arg >= 0 ? slab_of(cg, op, tt->dims[0].size, tt->dims[1].size) : (Slab){0};
+        int64_t rows = store ? slab.rows : tt->dims[1].size;
+        int64_t cols = store ? slab.cols : tt->dims[2].size;
+        int64_t panel = store ? panel_cols(st->elem) : TMA_PANEL;
+        int row_dim = arg < 0 ? -1 : store ? slab.row_dim : (int)dims->elems[0]->i;
+        int col_dim = arg < 0 ? -1 : store && slab.trans ? (int)dims->elems[0]->i : (int)dims->elems[1]->i;
+        if (arg < 0 || cols % panel || rows > 256 || col_dim != st->rank - 1 || row_dim < 0 || row_dim >= col_dim)
             return cg_err(cg, op, "internal error: a TMA copy or store needs a box of rows of a kernel parameter's "
                                   "innermost dim, at most 256 rows of 64k columns (run sm90a-layout)", NULL),
                    false;
         KernelTmap m = {.arg = arg, .rank = st->rank};
         for (int d = 0; d < st->rank; d++)
             m.box[d] = 1;
-        m.box[dims->elems[0]->i] = rows;
+        m.box[row_dim] = rows;
         m.box[st->rank - 1] = panel;
         bool seen = false;
         for (int j = 0; j < cg->hopper.ntmaps; j++)
@@ -306,19 +330,24 @@ static void slab_barrier(Cg *cg, bool per_warpgroup) {
 
 /* Writes this thread's elements of the tile into its slab (16-bit pairs as
  * one 32-bit store, f32 pairs as one 64-bit store: each pair lies in one
- * 16-byte chunk of the swizzle). */
-static void write_slab(Cg *cg, Dist *d, ScalarKind elem, LLVMValueRef own_base, int64_t slab, bool per_warpgroup) {
+ * 16-byte chunk of the swizzle; a transposed slab's pairs lie in two rows
+ * of it, stored one by one). */
+static void write_slab(Cg *cg, Dist *d, ScalarKind elem, LLVMValueRef own_base, const Slab *s) {
     int64_t rows = d->rows, cols = d->cols;
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
     LLVMBasicBlockRef join = if_begin(cg, tile_owner(cg, rows, cols));
+    ThreadIds ids = thread_ids_here(cg);
     for (int k = 0; k < n; k++) {
         LLVMValueRef row, col;
         coords(cg, ps[k], rows, cols, &row, &col);
-        LLVMValueRef in_slab = per_warpgroup ? LLVMBuildAnd(cg->b, row, ci64(cg, slab - 1), "") : row;
-        LLVMValueRef at = gep(cg, elem, own_base, smem_offset_swizzled(cg, in_slab, col, slab, esize(elem)));
+        /* the tile row within this thread's warpgroup's, or the tile's */
+        LLVMValueRef own_row = s->per_warpgroup ? LLVMBuildAnd(cg->b, row, ci64(cg, 63), "") : row;
+        LLVMValueRef at = gep(cg, elem, own_base,
+                              s->trans ? smem_offset_swizzled(cg, col, own_row, s->rows, esize(elem))
+                                       : smem_offset_swizzled(cg, own_row, col, s->rows, esize(elem)));
         LLVMValueRef v = cg_cast(cg, dist_get(cg, d, ps[k]), d->elem, elem);
-        bool pair = pos_pair(ps, k, n);
+        bool pair = !s->trans && pos_pair(ps, k, n);
         if (pair && esize(elem) == 2) {
             LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, elem);
             store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v, v1), cg->i32, ""), at);
@@ -332,6 +361,7 @@ static void write_slab(Cg *cg, Dist *d, ScalarKind elem, LLVMValueRef own_base, 
             store_elem(cg, elem, v, at);
         }
     }
+    thread_ids_restore(cg, ids);
     if_end(cg, join);
 }
 
@@ -341,18 +371,21 @@ void tma_store(Cg *cg, const Op *op) {
     if (!d)
         return;
     bool reduce = op->kind == OP_ATOMIC_ADD;
-    int64_t rows = d->rows, cols = d->cols, slab = tma_store_rows(cg, rows), panel = panel_cols(m->elem);
-    bool per_warpgroup = store_per_warpgroup(cg, rows);
-    int row_dim = (int)op_attr(op, "dims")->elems[0]->i, rank = m->rank;
-    int map = tmap_of(cg, op, op->operands[0], row_dim, slab);
+    int64_t rows = d->rows, cols = d->cols, panel = panel_cols(m->elem);
+    Slab slab = slab_of(cg, op, rows, cols);
+    bool per_warpgroup = slab.per_warpgroup;
+    int rank = m->rank;
+    int map = tmap_of(cg, op, op->operands[0], slab.row_dim, slab.rows);
     if (map < 0)
         return;
     bool tile_smem = cg->hopper.tile_smem;   /* (the slabs are this thread's warpgroup's alone) */
     LLVMValueRef base = smem_alloc_aligned(cg, rows * cols * esize(m->elem), 1024);
     cg->hopper.tile_smem = tile_smem || !per_warpgroup;
-    /* this thread's slab: rows [first, first + slab) */
-    LLVMValueRef first = per_warpgroup ? zext64(cg, LLVMBuildMul(cg->b, warpgroup_of(cg), ci32(cg, slab), "")) : ci64(cg, 0);
-    LLVMValueRef own_base = gep(cg, m->elem, base, mul(cg, first, ci64(cg, cols)));
+    /* this thread's slab: the tile's rows [first, first + 64) (its
+     * warpgroup's) or all of them; transposed, those are slab columns,
+     * whole panels of slab.rows rows */
+    LLVMValueRef first = per_warpgroup ? zext64(cg, LLVMBuildMul(cg->b, warpgroup_of(cg), ci32(cg, 64), "")) : ci64(cg, 0);
+    LLVMValueRef own_base = gep(cg, m->elem, base, mul(cg, first, ci64(cg, slab.trans ? slab.rows : cols)));
     /* the store this op made last (a persistent block's last tile, or the
      * last trip of the loop it is in) may still be reading the slab */
     if (cg->hopper.persistent || op->parent != cg->spec->launch->regions[0].blocks[0]) {
@@ -360,7 +393,7 @@ void tma_store(Cg *cg, const Op *op) {
         tma_store_wait(cg);
         slab_barrier(cg, per_warpgroup);
     }
-    write_slab(cg, d, m->elem, own_base, slab, per_warpgroup);
+    write_slab(cg, d, m->elem, own_base, &slab);
     proxy_fence(cg);
     slab_barrier(cg, per_warpgroup);
     LLVMValueRef co[8];
@@ -382,10 +415,10 @@ void tma_store(Cg *cg, const Op *op) {
     for (int i = 0; i < rank; i++)
         strcat(cons, ",r");
     strcat(cons, ",~{memory}");
-    for (int64_t c0 = 0; c0 < cols; c0 += panel) {
+    for (int64_t c0 = 0; c0 < slab.cols; c0 += panel) {
         LLVMValueRef args[7];
         args[0] = tmap;
-        args[1] = ptr_i32(cg, gep(cg, m->elem, own_base, ci64(cg, c0 * slab)));   /* panel c0 / panel */
+        args[1] = ptr_i32(cg, gep(cg, m->elem, own_base, ci64(cg, c0 * slab.rows)));   /* panel c0 / panel */
         box_coords(cg, co, rank, c0, args + 2);
         cg_asm(cg, asm_text, cons, LLVMVoidTypeInContext(cg->ctx), args, 2 + rank);
     }

@@ -9,6 +9,16 @@
 
 /* ---- schedules ----------------------------------------------------------- */
 
+/* The head dim of an attention block's q (its first input's last dim), or
+ * -1 where it is not a number. */
+static int64_t block_head_dim(const Op *func) {
+    const Block *body = func->nregions && func->regions[0].nblocks ? func->regions[0].blocks[0] : NULL;
+    const Type *q = body && body->nargs ? body->args[0]->type : NULL;
+    if (!q || q->rank < 1 || q->dims[q->rank - 1].sym)
+        return -1;
+    return q->dims[q->rank - 1].size;
+}
+
 void sema_lower_schedule(Sema *s, const Item *it) {
     Op *func = map_get(&s->blocks, it->name);
     const Item *block = map_get(&s->items, it->name);
@@ -88,11 +98,14 @@ void sema_lower_schedule(Sema *s, const Item *it) {
             }
             vals[j] = attr_int(s->a, x);
         }
-        if (ok && (info->flags & SD_EQUAL) && want == 2 && vals[0]->i != vals[1]->i) {
-            diag_error(s->d, s->src, dr->arg_locs[1], "%s takes two equal values (%s), not %lld and %lld", dr->name,
-                       info->what, (long long)vals[0]->i, (long long)vals[1]->i);
-            diag_note(s->d, s->src, dr->loc, "the backward's key-tile kernel keeps its score tiles and its dQ "
-                                             "tile in one row layout");
+        int64_t head_dim = block_head_dim(func);
+        if (ok && (info->flags & SD_ROW_TILES) && want == 2 && vals[0]->i != vals[1]->i && vals[1]->i != head_dim) {
+            diag_error(s->d, s->src, dr->arg_locs[1],
+                       "%s takes two equal values (%s), or keys equal to the head dim (%lld), not %lld and %lld",
+                       dr->name, info->what, (long long)head_dim, (long long)vals[0]->i, (long long)vals[1]->i);
+            diag_note(s->d, s->src, dr->loc, "the backward's key-tile kernel keeps its score tiles (N key rows) and "
+                                             "its dQ tile (M query rows, or transposed, head-dim rows) in one row "
+                                             "layout");
             ok = false;
         }
         if (ok)

@@ -35,30 +35,37 @@ static const Op *narrow_shared_tile(const Lower *l, const Block *top, const Bloc
  * [stages, rows <= 256, 64-column panels], 128-byte swizzled (what
  * SWIZZLE_128B writes, a panel per TMA box). */
 /* The box rules for elements of elem_bytes (panels of 128 bytes: 64
- * 16-bit columns, 32 f32 ones). */
-static bool tma_box_fits(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols,
-                         int elem_bytes) {
+ * 16-bit columns, 32 f32 ones): a box of `rows` along dim row_dim by
+ * `cols` of the innermost dim. */
+static bool tma_box_fits(const Block *top, const Value *src, int64_t row_dim, int64_t col_dim, int64_t rows,
+                         int64_t cols, int elem_bytes) {
     const Type *st = src->type;
     bool param = false;
     for (int i = 3; i < top->nargs; i++)
         param |= top->args[i] == src;
     int inner = st->rank - 1;
-    return param && st->rank <= 5 && !st->dims[inner].sym && st->dims[inner].size * elem_bytes % 16 == 0 && dims &&
-           dims->n == 2 && dims->elems[1]->i == inner && dims->elems[0]->i >= 0 && dims->elems[0]->i < inner &&
-           rows <= 256 && cols % (128 / elem_bytes) == 0;
+    return param && st->rank <= 5 && !st->dims[inner].sym && st->dims[inner].size * elem_bytes % 16 == 0 &&
+           col_dim == inner && row_dim >= 0 && row_dim < inner && rows <= 256 && cols % (128 / elem_bytes) == 0;
 }
 
 static bool tma_box_ok(const Block *top, const Value *src, const Attr *dims, int64_t rows, int64_t cols) {
-    return is_16bit(src->type->elem) && tma_box_fits(top, src, dims, rows, cols, 2);
+    return is_16bit(src->type->elem) && dims && dims->n == 2 &&
+           tma_box_fits(top, src, dims->elems[0]->i, dims->elems[1]->i, rows, cols, 2);
 }
 
 /* The same for a bulk reduce-add of an f32 tile into a tensor the kernel
- * takes. */
+ * takes; a tile whose rows run along the innermost dim (the backward's
+ * dQᵀ) is added through a transposed slab (codegen's tma_store). */
 static bool tma_reduce_ok(const Block *top, const Op *add) {
     const Value *dst = add->operands[0];
     const Type *t = add->operands[1]->type;
-    return dst->type->elem == SK_F32 && t->elem == SK_F32 && t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym &&
-           !t->dims[1].sym && tma_box_fits(top, dst, op_attr(add, "dims"), t->dims[0].size, t->dims[1].size, 4);
+    Attr *dims = op_attr(add, "dims");
+    if (dst->type->elem != SK_F32 || t->elem != SK_F32 || t->kind != TY_TILE || t->rank != 2 || t->dims[0].sym ||
+        t->dims[1].sym || !dims || dims->n != 2)
+        return false;
+    bool trans = dims->elems[0]->i == dst->type->rank - 1;
+    int a = trans ? 1 : 0;   /* the tile axis along the box's rows */
+    return tma_box_fits(top, dst, dims->elems[a]->i, dims->elems[1 - a]->i, t->dims[a].size, t->dims[1 - a].size, 4);
 }
 
 /* In a launch that copies by TMA, a tile added whole into an f32 tensor the
@@ -351,6 +358,17 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
         if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
             op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
     }
+    /* Without warp specialisation no setmaxnreg gives the computing warps
+     * more registers: where a loop over score tiles carries accumulators
+     * more than 128 columns wide (the backward's dK and dV at head dim
+     * 128: 128 registers a thread), the dots' descriptors and the shared
+     * addresses of each element are formed where they are used rather
+     * than held across the loop one register each, which ptxas spilled
+     * (codegen's nv.rematerialise; the key-tile kernel at head dim 128,
+     * 64 × 64 tiles: 252 registers and no spills, against 255 and 372
+     * bytes of spills). GEMMs (no score tile) spill neither way. */
+    if (!specialise && s->dot_cols && s->carried_cols > 128)
+        op_set_attr(a, launch, "nv.rematerialise", attr_int(a, 1));
     mark_rings(a, body, specialise);
     return true;
 }

@@ -214,10 +214,15 @@ bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op) {
 
 /* The fragment layout that reads a dot operand's memory as it lies: "row"
  * for a loaded tile, "col" for the transpose of one or of a computed tile
- * put in shared memory (nv.operand on the tile.trans), "" if computed. */
+ * put in shared memory (nv.operand on the tile.trans), "row" again for the
+ * transpose of such a transpose (the computed tile as it lies there: the
+ * backward's dSᵀ as dQᵀ's B), "" if computed. */
 const char *operand_layout(const Value *v) {
     const Op *d = v->def;
     if (d && d->kind == OP_LOAD && op_attr(d, "nv.operand"))
+        return "row";
+    if (d && d->kind == OP_TRANS && !op_attr(d, "nv.operand") && d->operands[0]->def &&
+        d->operands[0]->def->kind == OP_TRANS && op_attr(d->operands[0]->def, "nv.operand"))
         return "row";
     if (d && d->kind == OP_TRANS && op_attr(d, "nv.operand"))
         return "col";
@@ -320,7 +325,8 @@ static void annotate(const Lower *l, const Block *top, const Block *blk) {
             const Type *t = op->operands[0]->type;
             int q = l->lt->operand_multiple;
             bool elem_ok = l->lt->operand_elem(t->elem);
-            if ((!src || src->kind != OP_LOAD) && elem_ok && t->dims[0].size % q == 0 && t->dims[1].size % q == 0 &&
+            /* (a transpose of a transpose reads the inner one's copy in place) */
+            if ((!src || (src->kind != OP_LOAD && src->kind != OP_TRANS)) && elem_ok && t->dims[0].size % q == 0 && t->dims[1].size % q == 0 &&
                 only_dot_uses(top, op->results[0], false)) {
                 op_set_attr(a, op, "nv.operand", attr_str(a, "scratch"));
                 set_shared_layout(l, op, t, l->lt->swizzle_all);

@@ -212,20 +212,23 @@ static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_
  * group's query heads and their query tiles); dQ accumulated into an f32
  * tensor by atomics, or (deterministic) left to dq_kernel. */
 /* Whether the key-tile kernel fits in shared memory with its query loop
- * pipelined (two stages of the Q and dO tiles, as double-buffer makes
- * them) beside K, V and the scratch tiles: sm_70 at head dim 128 does not
- * (117 KB of its 96). A conservative count, as for dq_kernel below. */
+ * pipelined: two stages of the 16-bit Q and dO tiles (as double-buffer
+ * makes them) beside K, V, dSᵀ's scratch copy and an f32 dQ tile (sm_90a's
+ * slab for its bulk reduce-add): sm_70 at head dim 128 does not (136 KB
+ * of its 96). */
 static bool pipelined_fits(int64_t BM, int64_t BN, int64_t D, int64_t DV, int64_t smem_limit) {
-    return 2 * (2 * BM * (D + DV) + 3 * BN * (D + DV)) <= smem_limit;
+    return 2 * (2 * BM * (D + DV) + BN * (D + DV) + BN * BM) + 4 * BM * D <= smem_limit;
 }
 
-/* tile.atomic_add of tile into mem at idx (a [rows, cols] box of its last
- * two dims). */
-static void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **idx) {
+/* tile.atomic_add of tile into mem at idx: a [rows, cols] box of its last
+ * two dims, or (transposed) its rows along the last dim and its columns
+ * along the one before. */
+static void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **idx, bool transposed) {
     Value *ops[6] = {mem, tile, idx[0], idx[1], idx[2], idx[3]};
     Op *add = op_create(b->a, OP_ATOMIC_ADD, 6, ops, 0, NULL, 0);
     add->loc = b->loc;
-    op_set_attr(b->a, add, "dims", attr_array(b->a, 2, (Attr *[]){attr_int(b->a, 2), attr_int(b->a, 3)}));
+    int rows = transposed ? 3 : 2, cols = transposed ? 2 : 3;
+    op_set_attr(b->a, add, "dims", attr_array(b->a, 2, (Attr *[]){attr_int(b->a, rows), attr_int(b->a, cols)}));
     block_append(b->blk, add);
 }
 
@@ -346,10 +349,22 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *dk_ops[3] = {dsc, q, mc[0]};
         Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
         if (!deterministic) {
-            Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
-            Value *dq_ops[3] = {dsT, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
-            Value *dq = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops), F);
-            t_atomic_add(&mb, DQ, dq, (Value *[]){bi, h, m0, b_index(&mb, 0)});
+            /* dQ = dS·K: dSᵀ's transpose through shared memory (the
+             * scratch copy); with more keys than queries a step (BN = D,
+             * backward_tile), dQᵀ = Kᵀ·dSᵀ instead, D rows like every other
+             * tile's BN, added into dQacc transposed */
+            Value *ds_by_query = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
+            Value *dq;
+            if (BM == BN) {
+                Value *dq_ops[3] = {ds_by_query, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
+                dq = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops);
+            } else {
+                Value *kT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BN), 1, &ktile);
+                Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BN, BM), 1, &ds_by_query);
+                Value *dq_ops[3] = {kT, dsT, b_splat(&mb, b_float(&mb, acc, 0), D, BM)};
+                dq = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, D, BM), 3, dq_ops);
+            }
+            t_atomic_add(&mb, DQ, b_cast(&mb, dq, F), (Value *[]){bi, h, m0, b_index(&mb, 0)}, BM != BN);
         }
         Value *next[2] = {dk, dv};
         t_yield(&mb, 2, next);
@@ -361,8 +376,8 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
             t_yield(&gb, 2, gnext);
         Value *sums[2] = {flat ? gnext[0] : gl->results[0], flat ? gnext[1] : gl->results[1]};
         if (head_blocks) {   /* this head's share, in f32 (kv_kernel scales and rounds the sum) */
-            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki);
-            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki);
+            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki, false);
+            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki, false);
         } else {
             Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, sums[0], F), b_float(&b, F, scale)), dt);
             t_store(&b, DK, dkf, ki, rows_cols);
@@ -431,7 +446,9 @@ static Op *postprocess_kernel(Builder *outer, const Op *op, Op *mainl, Value **q
 static void backward_tile(const PassContext *ctx, const Op *func, int64_t D, int64_t *BM, int64_t *BN) {
     Attr *tile = schedule_directive(func, ctx->arch, SCHED_BACKWARD_TILE);
     const Target *t = target_lookup(ctx->arch);
-    const int64_t *def = D <= 64 && t->bwd_tile_d64[0] ? t->bwd_tile_d64 : t->bwd_tile;
+    const int64_t *def = D <= 64 && t->bwd_tile_d64[0] ? t->bwd_tile_d64
+                         : D == 128 && t->bwd_tile_d128[0] ? t->bwd_tile_d128
+                                                           : t->bwd_tile;
     *BM = tile ? tile->elems[0]->i : def[0];
     *BN = tile ? tile->elems[1]->i : def[1];
 }

@@ -6,7 +6,7 @@
 
 #include "ir/ir.h"
 
-enum { SD_MULTIPLE_16 = 1, SD_POW2 = 2, SD_SWITCH = 4, SD_ON_LAUNCH = 8, SD_EQUAL = 16 };
+enum { SD_MULTIPLE_16 = 1, SD_POW2 = 2, SD_SWITCH = 4, SD_ON_LAUNCH = 8, SD_ROW_TILES = 16 };
 
 typedef enum ScheduleId {
 #define SCHEDULE(id, name, attn_args, mlp_args, lo, hi, flags, target, what) SCHED_##id,

@@ -103,6 +103,11 @@ const Target target_sm90a = {
                    {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
     .gemm_tile = {128, 128, 64}, .gemm_group = 8, .stages = 2,
     .bwd_tile = {64, 64},
+    /* two warpgroups of 64 keys each over 64-query steps (FlashAttention-
+     * 3's head dim 128 causal tile), dQᵀ = Kᵀ·dSᵀ: 0.678× cuDNN over the
+     * quick protocol's head dim 128 rows on the H100 against 0.480 at
+     * 64 × 64 (bench/results/2026-12-06-h100-bwd-d128/) */
+    .bwd_tile_d128 = {64, 128},
     /* dPᵀ during the exponentials of Pᵀ: 3 % faster over the quick
      * protocol on the H100, no row slower (bench/results/2026-12-06-h100/
      * NOTES.md, item 3); numerics: bench/results/2026-12-06-h100-overlap/ */

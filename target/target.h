@@ -53,9 +53,13 @@ typedef struct Target {
     int64_t attn_tile_d128_band[2];
     AttnShortTile attn_short[2];
     /* the backward's key-tile kernel: query rows x key rows, at head dims
-     * up to 64 ({0, 0}: bwd_tile) and over (the two equal: the kernel
-     * keeps every tile in one row layout, schedule.def's SD_EQUAL) */
+     * up to 64 ({0, 0}: bwd_tile) and over (the two equal, or the keys the
+     * head dim: the kernel keeps every tile in one row layout,
+     * schedule.def's SD_ROW_TILES) */
     int64_t bwd_tile[2], bwd_tile_d64[2];   /* the first whose max_d the head dim does not pass */
+    /* at head dim 128 ({0, 0}: bwd_tile): 128 keys, the head dim, so that
+     * dQ is computed transposed and every tile keeps 128 rows */
+    int64_t bwd_tile_d128[2];
     /* the backward's key-tile kernel issues dPᵀ = V·dOᵀ right after
      * Sᵀ = K·Qᵀ (dot-hoist) unless the schedule says overlap(0) */
     bool bwd_overlap;
