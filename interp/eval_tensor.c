@@ -103,6 +103,23 @@ bool plan_region(Interp *in, const Block *b, Plan *plan) {
     return true;
 }
 
+/* A hook's read of a side tensor outside its bounds reads 0, as the
+ * kernels' guarded loads and the tiled program's gathers do (doc/dsl.md,
+ * "Side tensors"); the reference says so once per read and run, at the
+ * read's place in the source: the mask or score it gave is then likely
+ * not what the block meant. */
+static void warn_read_outside(Interp *in, const Op *op, double ix, int dim, int64_t size) {
+    PtrVec *seen = &in->bind->read_outside;
+    for (int i = 0; i < seen->len; i++)
+        if (seen->items[i] == op)
+            return;
+    vec_push(in->arena, seen, (void *)op);
+    char msg[200];
+    snprintf(msg, sizeof msg, "index %.0f is outside dimension %d (size %lld) of this tensor: the read gives 0",
+             ix, dim, (long long)size);
+    op_warn(in->diag, NULL, op, msg);
+}
+
 /* Runs the plan with the hook's arguments already in slots 0..nargs-1. */
 bool run_plan(Interp *in, Plan *plan, double *result) {
     double *s = plan->slots;
@@ -114,14 +131,15 @@ bool run_plan(Interp *in, Plan *plan, double *result) {
             v = p->value;
         } else if (op->kind == OP_EXTRACT) {
             int64_t off = 0;
-            for (int d = 0; d < p->tensor->rank; d++) {
+            bool inside = true;
+            for (int d = 0; d < p->tensor->rank && inside; d++) {
                 double ix = s[p->operands[d]];
-                if (ix < 0 || ix >= (double)p->tensor->dims[d])
-                    return eval_fail(in, op, "index %.0f is out of bounds for dimension %d of size %lld", ix,
-                                d, (long long)p->tensor->dims[d]);
+                inside = ix >= 0 && ix < (double)p->tensor->dims[d];
+                if (!inside)
+                    warn_read_outside(in, op, ix, d, p->tensor->dims[d]);
                 off = off * p->tensor->dims[d] + (int64_t)ix;
             }
-            v = p->tensor->data[off];
+            v = inside ? p->tensor->data[off] : 0;
         } else {
             double x[3] = {0, 0, 0};
             for (int j = 0; j < op->noperands && j < 3; j++)

@@ -53,6 +53,7 @@ uint64_t rng_next(Rng *r);
 
 typedef struct Bindings {
     Map dims;          /* symbolic dimension name -> (void *)(intptr_t)value */
+    PtrVec read_outside;   /* the hook reads that warned of an index outside their tensor (once a run) */
 } Bindings;
 
 typedef struct Interp {

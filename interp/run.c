@@ -491,7 +491,7 @@ bool interp_run_module(Arena *a, Diag *d, const Op *reference, const Op *lowered
     PtrVec order = {0};
     collect_op_dims(lowered, a, &seen, &order);
     collect_op_dims(reference, a, &seen, &order);
-    Bindings bind;
+    Bindings bind = {0};
     map_init(&bind.dims, true);
     for (int i = 0; i < order.len; i++)
         map_put(a, &bind.dims, order.items[i], (void *)(intptr_t)default_dim(order.items[i]));

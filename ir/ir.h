@@ -224,6 +224,8 @@ int ir_verify(Op *root, Diag *d, const Source *text);
 /* Reports msg as an error at op's best-known position: where it was parsed
  * in `text` (may be NULL), else its .attn location, else none. */
 void op_diag(Diag *d, const Source *text, const Op *op, const char *msg);
+/* The same as a warning. */
+void op_warn(Diag *d, const Source *text, const Op *op, const char *msg);
 
 /* print → parse → print must give identical text; false and a message if not. */
 bool ir_roundtrip_check(Arena *a, const Op *root, PrintOptions opts, Diag *d);

@@ -32,11 +32,12 @@ static void op_error(Verifier *v, const Op *op, const char *fmt, ...) {
     op_diag(v->diag, v->text, op, full);
 }
 
-void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) {
+static void op_report(Diag *d, const Source *text, const Op *op, bool warning, const char *msg) {
+    void (*report)(Diag *, const Source *, Loc, const char *, ...) = warning ? diag_warning : diag_error;
     if (!text && !op->text_loc.line && op->loc.file && d->source.name && strcmp(d->source.name, op->loc.file) == 0)
         text = &d->source;   /* the .attn file being compiled */
     if (text && op->text_loc.line) {
-        diag_error(d, text, op->text_loc, "%s", msg);
+        report(d, text, op->text_loc, "%s", msg);
     } else if (op->loc.file) {
         Source s = {.name = op->loc.file};
         if (text && text->name && strcmp(text->name, op->loc.file) == 0)
@@ -44,11 +45,17 @@ void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) {
         /* op->loc counts lines of the whole file; s may be one chunk of it */
         int line = op->loc.line - s.line_offset;
         Loc l = {line, op->loc.col, line, op->loc.col};
-        diag_error(d, &s, l, "%s", msg);
+        report(d, &s, l, "%s", msg);
+    } else if (warning) {
+        diag_warning(d, NULL, (Loc){0}, "%s", msg);
     } else {
         diag_plain(d, "%s", msg);
     }
 }
+
+void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) { op_report(d, text, op, false, msg); }
+
+void op_warn(Diag *d, const Source *text, const Op *op, const char *msg) { op_report(d, text, op, true, msg); }
 
 /* ---- helpers ----------------------------------------------------------- */
 
