@@ -255,7 +255,7 @@ static Val lower_logical(Sema *s, const Expr *e, BinOp op, Val x, Val y) {
 
 static Val lower_matmul(Sema *s, const Expr *e, Val x, Val y) {
     if (s->hook) {
-        diag_error(s->d, s->src, e->loc, "'@' is a reduction and cannot appear in a %s hook: "
+        diag_error(s->d, s->src, e->loc, "'@' is a matrix product and cannot appear in a %s hook: "
                    "a hook sees one score at a time", hook_name(s->hook));
         return ERROR_VAL;
     }

@@ -6,6 +6,7 @@
  */
 #include "support.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void diag_init(Diag *d, FILE *out) {
@@ -137,15 +138,38 @@ static void show_source(Diag *d, const Source *src, Loc loc) {
     fputc('\n', d->out);
 }
 
+/* s with its control bytes as \xNN: a file name (or a message quoting one)
+ * holding an escape sequence must not drive the terminal. */
+static void put_escaped(FILE *out, const char *s) {
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            fprintf(out, "\\x%02x", c);
+        else
+            fputc(c, out);
+    }
+}
+
 static void report(Diag *d, const Source *src, Loc loc, const char *kind, const char *fmt,
                    va_list ap) {
-    if (src && loc.line > 0)
-        fprintf(d->out, "%s:%d:%d: %s: ", src->name, loc.line + src->line_offset, loc.col, kind);
-    else if (src)
-        fprintf(d->out, "%s: %s: ", src->name, kind);
-    else
+    if (src) {
+        put_escaped(d->out, src->name);
+        if (loc.line > 0)
+            fprintf(d->out, ":%d:%d", loc.line + src->line_offset, loc.col);
+        fprintf(d->out, ": %s: ", kind);
+    } else {
         fprintf(d->out, "%s: %s: ", d->tool, kind);
-    vfprintf(d->out, fmt, ap);
+    }
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (msg) {
+        vsnprintf(msg, (size_t)n + 1, fmt, again);
+        put_escaped(d->out, msg);
+        free(msg);
+    }
+    va_end(again);
     fputc('\n', d->out);
     show_source(d, src, loc);
 }

@@ -124,6 +124,10 @@ bool tool_common_arg(Diag *d, int argc, char **argv, int *i, const char **input,
             diag_plain(d, "'-o' needs a file name");
             return false;
         }
+        if (*output) {   /* (clang takes the last; a second -o is more likely a slip) */
+            diag_plain(d, "'-o' given twice ('%s' and '%s')", *output, argv[*i]);
+            return false;
+        }
         *output = argv[*i];
         return true;
     }
@@ -157,8 +161,13 @@ static bool parse_binding(Arena *a, Diag *d, const char *text, RunArgs *r) {
     char *end = NULL;
     errno = 0;
     long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
-    if (!eq || eq == text || !eq[1] || *end || errno || v <= 0 || v > (1ll << 40)) {
+    bool too_large = eq && eq[1] && end && !*end && v > 0 && (errno == ERANGE || v > (1ll << 40));
+    if (!too_large && (!eq || eq == text || !eq[1] || *end || errno || v <= 0)) {
         diag_plain(d, "-D needs NAME=VALUE with a positive integer VALUE, not '%s'", text);
+        return false;
+    }
+    if (too_large) {
+        diag_plain(d, "-D %s: the value is too large (at most 2^40 = %lld)", text, 1ll << 40);
         return false;
     }
     char *name = arena_strndup(a, text, (size_t)(eq - text));
