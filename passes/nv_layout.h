@@ -15,6 +15,7 @@ typedef struct Lower {
     const LayoutTarget *lt;
     const Target *t;
     int row_blocks;   /* of the launch being lowered: 16-row blocks per warp */
+    int64_t carried_cols;   /* of the launch being lowered: Scan's */
     bool tma;         /* sm_90a: the launch's copies are TMA copies */
 } Lower;
 
