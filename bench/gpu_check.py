@@ -502,6 +502,16 @@ def mlp_cases(rep, kit, tmp, quick):
             rnd(FF, DIM, scale=FF ** -0.5)
         check("swiglu_mlp odd widths", mod, "swiglu", [x, wg, wu, wd], [(T, DIM)],
               lambda a: [a[0] + (silu(a[0] @ a[1]) * (a[0] @ a[2])) @ a[3]], "f32", DIM)
+    # nn.Linear's [out, in] weights read in place (x @ transpose(w)): the
+    # weights' tiles transposed as they load; odd widths too
+    for DIM, FF in ((256, 512), (131, 77)):
+        src = shrink_consts(open(os.path.join(ROOT, "examples", "swiglu_linear.attn")).read(), {"DIM": DIM, "FF": FF})
+        mod = compile_src(kit, tmp, f"swiglu_linear_{DIM}", src)
+        for T in (Ts if DIM == 256 else (1, 17, 130)):
+            x, wg, wu, wd = rnd(T, DIM), rnd(FF, DIM, scale=DIM ** -0.5), rnd(FF, DIM, scale=DIM ** -0.5), \
+                rnd(DIM, FF, scale=FF ** -0.5)
+            check(f"swiglu_linear {DIM}x{FF}", mod, "swiglu_linear", [x, wg, wu, wd], [(T, DIM)],
+                  lambda a: [a[0] + (silu(a[0] @ a[1].T) * (a[0] @ a[2].T)) @ a[3].T], "f32", DIM)
     HID, FF = 256, 384
     src = shrink_consts(open(os.path.join(ROOT, "examples", "geglu_bias_mlp.attn")).read(), {"HIDDEN": HID, "FF": FF})
     geglu_acc = "f16" if F16ACC else "f32"   # the example is FP16-ACC; bf16 accumulates in f32

@@ -151,6 +151,26 @@ static bool fits_manifest(Arena *a, Diag *d, const Op *func, const char *name, c
 }
 
 /* One block (func): its kernels into mod, its manifest lines into man. */
+
+/* What a user is told of an op that no kernel took (fusion and tiling left
+ * it): what the kernels compute instead. `attnc run` evaluates any of
+ * these on the CPU; no target compiles them. */
+static const char *unfused_message(Arena *a, const Op *op) {
+    const char *why =
+        op->kind == OP_MATMUL
+            ? "this matrix product is not one the kernels compute: a GEMM multiplies by a weight matrix "
+              "[K, N] (or its transpose), and batched products compile only as an attention, "
+              "softmax(q @ transpose(k)) @ v, whose scores have no other use"
+        : op->kind == OP_TRANSPOSE
+            ? "this transpose is not one the kernels compute: a kernel reads a transposed weight as the right "
+              "operand of '@' (x @ transpose(w)), and attention's transpose(k); the result of transpose() as a "
+              "value of its own is not"
+            : NULL;
+    return why ? arena_printf(a, "codegen: %s", why)
+               : arena_printf(a, "codegen: '%s' is left outside a kernel; no target compiles it (`attnc run` "
+                                 "evaluates it on the CPU)", op_info[op->kind].name);
+}
+
 static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func,
                   FILE *man) {
     const char *name = op_attr(func, "sym_name")->s;
@@ -209,9 +229,7 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
         }
         case OP_LAUNCH: break;
         default:
-            op_diag(d, NULL, op,
-                    arena_printf(a, "codegen: '%s' is left outside a kernel; only tiled blocks can be compiled",
-                                 op_info[op->kind].name));
+            op_diag(d, NULL, op, unfused_message(a, op));
             return false;
         }
         /* name the launch's results (a chosen one: the choice's name, which

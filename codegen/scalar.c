@@ -196,6 +196,11 @@ LLVMValueRef scalar_op(Cg *cg, const Op *op, ScalarKind rk, LLVMValueRef *x, con
     }
     case OP_NEG:
         return fl ? LLVMBuildFNeg(b, x[0], "") : LLVMBuildNeg(b, x[0], "");
+    case OP_ABS:   /* an integer's (a band's |i − j|); a float's is math_op's */
+        if (!fl)
+            return LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, x[0], LLVMConstNull(LLVMTypeOf(x[0])), ""),
+                                   LLVMBuildNeg(b, x[0], ""), x[0], "");
+        return math_op(cg, op, rk, x[0]);
     case OP_CMP: {
         static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
                                                LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};

@@ -2,6 +2,7 @@
  * an mlp block's statements, and an attention block's operands, outputs
  * and hooks (mask, score) lowered to attn.attention. */
 #include "frontend/sema.h"
+#include "runtime/manifest.h"
 
 #include <math.h>
 
@@ -17,6 +18,11 @@ static Type *resolve_type(Sema *s, const TypeSpec *ts) {
     } else if (k == SK_F8E4M3 || k == SK_F8E5M2) {
         diag_error(s->d, s->src, ts->dtype_loc, "dtype '%s' is reserved for a later version of attnc",
                    ts->dtype);
+        ok = false;
+    }
+    if (ts->rank > MANIFEST_MAX_RANK) {   /* libattnrt's, the interpreter's and the kernels' limit */
+        diag_error(s->d, s->src, ts->dim_locs[MANIFEST_MAX_RANK], "a tensor has at most %d dimensions, not %d",
+                   MANIFEST_MAX_RANK, ts->rank);
         ok = false;
     }
     Dim *dims = NEW_ARRAY(s->a, Dim, ts->rank + 1);

@@ -273,6 +273,14 @@ static Val lower_matmul(Sema *s, const Expr *e, Val x, Val y) {
                    scalar_name(a->elem), scalar_name(b->elem));
         return ERROR_VAL;
     }
+    /* what the tensor cores take: refused here, at the source, rather than
+     * by every code generator after `attnc run` has accepted it (batched
+     * products are legal: written by hand, an attention fuses) */
+    if (a->elem != SK_F16 && a->elem != SK_BF16) {
+        diag_error(s->d, s->src, e->loc, "'@' takes f16 or bf16 operands (the tensor cores' types), not %s",
+                   scalar_name(a->elem));
+        return ERROR_VAL;
+    }
     Dim k1 = a->dims[a->rank - 1], k2 = b->dims[b->rank - 2];
     if (!dim_equal(k1, k2)) {
         diag_error(s->d, s->src, e->loc, "'@' contracts %s with %s: inner dimensions %s and %s differ",

@@ -36,7 +36,7 @@ static inline double nan_max(double a, double b) { return isnan(a) ? a : isnan(b
 /* ---- eval_tensor.c ---- */
 typedef struct PlanOp {
     const Op *op;
-    int result, operands[4];
+    int result, operands[MAX_RANK];   /* (attn.extract: an index per dimension) */
     Pred pred;
     ScalarKind k;          /* operands' element type */
     double value;          /* constants and dims */

@@ -258,9 +258,9 @@ bool eval_attention_backward(Interp *in, const Op *op) {
     return true;
 }
 
-/* attn.fused_gemm: each product a @ b_i (b_i a 2-D weight) as attn.matmul
- * computes it, rounded to the region's argument type; then the region per
- * output element. */
+/* attn.fused_gemm: each product a @ b_i (b_i a 2-D weight, [K, N] or with
+ * b_transposed [N, K]) as attn.matmul computes it, rounded to the region's
+ * argument type; then the region per output element. */
 bool eval_fused_gemm(Interp *in, const Op *op) {
     Tensor *r = eval_new_result(in, op);
     if (!r)
@@ -271,8 +271,12 @@ bool eval_fused_gemm(Interp *in, const Op *op) {
     Tensor *a = eval_get(in, op->operands[0]);
     int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1], N = r->dims[r->rank - 1];
     Tensor **prod = NEW_ARRAY(in->arena, Tensor *, n);
+    Attr *tr = op_attr(op, "b_transposed");
     for (int i = 0; i < n; i++) {
         Tensor *b = eval_get(in, op->operands[1 + i]);
+        int64_t sk = N, sn = 1;   /* b's strides along K and N */
+        if (tr && tr->elems[i]->i)
+            sk = 1, sn = K;
         prod[i] = tensor_new(in->arena, blk->args[i]->type->elem, r->rank, r->dims);
         int64_t mn = M * N, nbatch = mn > 0 ? r->size / mn : 0;
         for (int64_t bt = 0; bt < nbatch; bt++) {   /* b is a 2-D weight: no batch */
@@ -281,7 +285,7 @@ bool eval_fused_gemm(Interp *in, const Op *op) {
                 for (int64_t c = 0; c < N; c++) {
                     double sum = 0;
                     for (int64_t k2 = 0; k2 < K; k2++)
-                        sum = eval_round(in, acc, sum + A[m * K + k2] * Bm[k2 * N + c]);
+                        sum = eval_round(in, acc, sum + A[m * K + k2] * Bm[k2 * sk + c * sn]);
                     prod[i]->data[(bt * M + m) * N + c] = eval_round(in, prod[i]->dtype, sum);
                 }
         }

@@ -88,8 +88,8 @@ bool plan_region(Interp *in, const Block *b, Plan *plan) {
                 return eval_fail(in, op, "dimension '%s' is not bound", op_attr(op, "name")->s);
         } else if (op->kind == OP_EXTRACT) {
             p->tensor = eval_get(in, op->operands[0]);
-            if (op->noperands - 1 > 4)
-                return eval_fail(in, op, "the interpreter reads tensors of at most 4 dimensions in hooks");
+            if (op->noperands - 1 > MAX_RANK)
+                return eval_fail(in, op, "the interpreter reads tensors of at most %d dimensions in hooks", MAX_RANK);
             for (int i = 1; i < op->noperands; i++)
                 p->operands[i - 1] = (int)(intptr_t)map_get(&slot, op->operands[i]) - 1;
         } else if (!op_kind_has(op->kind, OPF_ELEMENTWISE)) {

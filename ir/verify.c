@@ -427,8 +427,10 @@ static void verify_attention_backward(Verifier *v, Op *op) {
     verify_region_signature(v, op, 2, 4, score_args + 1, SK_I1, true);
 }
 
-/* attn.fused_gemm(a, b0..b{n-1}, e0, ...) ({^bb0(p0.., e0..): ...}) {acc, num_b}:
- * the products a @ b_i and the extra operands' elements, combined by the region. */
+/* attn.fused_gemm(a, b0..b{n-1}, e0, ...) ({^bb0(p0.., e0..): ...}) {acc, num_b[, b_transposed]}:
+ * the products a @ b_i (b_i [K, N], or with b_transposed[i] = 1 a [N, K]
+ * weight read as its transpose) and the extra operands' elements, combined
+ * by the region. */
 static void verify_fused_gemm(Verifier *v, Op *op) {
     Attr *nb = op_attr(op, "num_b"), *acc = op_attr(op, "acc");
     if (!nb || nb->kind != AT_INT || nb->i < 1 || nb->i >= op->noperands || !acc || acc->kind != AT_TYPE) {
@@ -446,13 +448,18 @@ static void verify_fused_gemm(Verifier *v, Op *op) {
             return;
         }
     int n = (int)nb->i, nextra = op->noperands - 1 - n;
+    Attr *tr = op_attr(op, "b_transposed");
+    if (tr && (tr->kind != AT_ARRAY || tr->n != n)) {
+        op_error(v, op, "'b_transposed' must list one 0 or 1 per weight (%d)", n);
+        return;
+    }
     ScalarKind *args = NEW_ARRAY(&v->arena, ScalarKind, n + nextra + 1);
     for (int i = 0; i < n; i++) {
         const Type *b = op->operands[1 + i]->type;
+        bool t = tr && tr->elems[i]->kind == AT_INT && tr->elems[i]->i;
         if (!is_tensor(b) || b->rank != 2 || b->elem != a->elem ||
-            !dim_equal(a->dims[a->rank - 1], b->dims[b->rank - 2]) ||
-            !dim_equal(b->dims[b->rank - 1], r->dims[r->rank - 1])) {
-            op_error(v, op, "operand %d must be a [K, N] weight for a %s and a %s result", 1 + i,
+            !dim_equal(a->dims[a->rank - 1], b->dims[t ? 1 : 0]) || !dim_equal(b->dims[t ? 0 : 1], r->dims[r->rank - 1])) {
+            op_error(v, op, "operand %d must be a %s weight for a %s and a %s result", 1 + i, t ? "[N, K]" : "[K, N]",
                      type_str(v, a), type_str(v, r));
             return;
         }

@@ -413,12 +413,26 @@ static void build_epilogue(Fuser *f, Op *gemm, Chain *c) {
     block_append(b, yield);
 }
 
+/* w's [N, K] source when w is its transpose (x @ transpose(w): a weight
+ * kept as nn.Linear keeps it, [out, in]), else NULL. */
+static Value *transposed_weight(const Value *w) {
+    Op *t = def_is(w, OP_TRANSPOSE);
+    Attr *perm = t ? op_attr(t, "perm") : NULL;
+    return perm && perm->n == 2 && perm->elems[0]->i == 1 ? t->operands[0] : NULL;
+}
+
 static void fuse_gemm(Fuser *f, Op *first, Chain *c) {
     int n = c->products.len, noperands = 1 + n + c->extras.len;
     Value **operands = NEW_ARRAY(f->a, Value *, noperands);
+    Attr **trans = NEW_ARRAY(f->a, Attr *, n);
+    bool any_trans = false;
     operands[0] = first->operands[0];
-    for (int i = 0; i < n; i++)
-        operands[1 + i] = ((Op *)c->products.items[i])->operands[1];
+    for (int i = 0; i < n; i++) {
+        Value *w = ((Op *)c->products.items[i])->operands[1], *src = transposed_weight(w);
+        operands[1 + i] = src ? src : w;   /* read in place, transposed by the tiles */
+        trans[i] = attr_int(f->a, src != NULL);
+        any_trans |= src != NULL;
+    }
     for (int i = 0; i < c->extras.len; i++)
         operands[1 + n + i] = c->extras.items[i];
     Type *rt = c->last->type;
@@ -427,6 +441,8 @@ static void fuse_gemm(Fuser *f, Op *first, Chain *c) {
     g->loc = at->loc;
     op_set_attr(f->a, g, "acc", op_attr(first, "acc"));
     op_set_attr(f->a, g, "num_b", attr_int(f->a, n));
+    if (any_trans)
+        op_set_attr(f->a, g, "b_transposed", attr_array(f->a, n, trans));
     build_epilogue(f, g, c);
     op_insert_before(at, g);
     g->results[0]->name = c->last->name;

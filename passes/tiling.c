@@ -149,8 +149,8 @@ Value *vectorise(Builder *b, const Block *region, Value **args, const Map *memre
     for_each_op(op, region) {
         if (op->kind == OP_YIELD)
             return map_get(&map, op->operands[0]);
-        Value *ops[8];
-        int n = op->noperands < 8 ? op->noperands : 8;
+        int n = op->noperands;
+        Value **ops = NEW_ARRAY(b->a, Value *, n + 1);
         for (int i = 0; i < n; i++) {
             ops[i] = map_get(&map, op->operands[i]);
             if (!ops[i] && op->kind == OP_EXTRACT && i == 0)

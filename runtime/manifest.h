@@ -15,6 +15,7 @@ enum {
     MANIFEST_MAX_KERNELS = 32,   /* kernels of a block */
     MANIFEST_MAX_ARGS = 32,      /* tensor arguments of a kernel */
     MANIFEST_MAX_TMAPS = 8,      /* TMA tensor maps of a kernel */
+    MANIFEST_MAX_RANK = 8,       /* dimensions of a tensor (attnrt.h's ATTNRT_MAX_RANK) */
 };
 
 #endif

@@ -24,6 +24,7 @@ int rt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 
 /* ---- the manifest (manifest.c) ---- */
 
+_Static_assert(ATTNRT_MAX_RANK == MANIFEST_MAX_RANK, "attnrt.h and manifest.h disagree on a tensor's rank");
 enum { MAX_NAME = MANIFEST_MAX_NAME, MAX_DIMS = MANIFEST_MAX_DIMS, MAX_TENSORS = MANIFEST_MAX_TENSORS,
        MAX_KERNELS = MANIFEST_MAX_KERNELS, MAX_ARGS = MANIFEST_MAX_ARGS, MAX_TMAPS = MANIFEST_MAX_TMAPS };
 
