@@ -178,6 +178,8 @@ static void scan(const Block *top, const Block *blk, Scan *s) {
             s->dots++;
             if (!s->bad_dot && (o->operands[0]->type->dims[1].size % 16 || o->results[0]->type->dims[1].size % 16))
                 s->bad_dot = o;
+            if (!s->wide_dot && (!is_16bit(o->operands[0]->type->elem) || !is_16bit(o->operands[1]->type->elem)))
+                s->wide_dot = o;
             s->acc = o->results[0]->type->elem;
             s->dot_rows = o->results[0]->type->dims[0].size;
             const Op *init = o->operands[2]->def;   /* a fresh accumulator: scores, not O */
@@ -502,6 +504,12 @@ static bool layout_launch(const Lower *l, Op *launch) {
     if (s.bf16 && s.dots && s.acc == SK_F16) {
         op_diag(ctx->diag, NULL, launch,
                 arena_printf(ctx->arena, "%s codegen: bf16 operands accumulate in f32 only (use acc f32)", l->t->name));
+        return false;
+    }
+    if (s.wide_dot) {   /* (sema refuses such products; IR text can still hold one) */
+        op_diag(ctx->diag, NULL, s.wide_dot,
+                arena_printf(ctx->arena, "%s codegen: a matrix product of %s operands; the tensor cores take f16 or "
+                                         "bf16", l->t->name, scalar_name(s.wide_dot->operands[0]->type->elem)));
         return false;
     }
     if (s.bad_dot) {   /* before anything trips over the shape (head dim 1) */

@@ -28,6 +28,7 @@ typedef struct Scan {
     int64_t carried_cols;     /* of the 2-D tiles a loop carries (accumulators), widest loop */
     int64_t dot_cols;         /* the widest dot that starts from zero (scores) */
     const Op *bad_dot;        /* a dot whose K or N is not a multiple of 16 */
+    const Op *wide_dot;       /* a dot whose operands are not 16-bit (f32: no tensor core takes it) */
     bool gathers_per_score;   /* a tile.gather of a whole score tile (a bias tensor) */
     /* what keeps a row of every tile inside one warp: a reduction along a
      * row, a dot whose A is a computed tile (P), a transpose */

@@ -222,7 +222,24 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
 
 /* A chain of segments (max loops, sum loops, pv loops; k of each, in order)
  * becomes k fused loops in a chain; then o = acc / l, and m back to base e. */
+/* Does each loop carry just its one value, as tiling makes it? A loop
+ * double-buffer has pipelined carries its copies' tokens too. */
+static bool carries_one(Op **loops, int k) {
+    for (int i = 0; i < k; i++)
+        if (loops[i]->noperands != 4 || loops[i]->nresults != 1)
+            return false;
+    return true;
+}
+
 static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **pvs, int k, bool rescale) {
+    if (!carries_one(maxes, k) || !carries_one(sums, k) || !carries_one(pvs, k)) {
+        /* (attnc-opt with the passes out of order: the three loops stay,
+         * right but three passes over the keys) */
+        op_warn(ctx->diag, NULL, pvs[0],
+                "online-softmax: the key loops are already pipelined (double-buffer ran first); they are left as "
+                "three passes over the keys");
+        return true;
+    }
     PV pv;
     for (int i = 0; i < k; i++)
         if (!match_pv(pvs[i], &pv))

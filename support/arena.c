@@ -12,9 +12,11 @@ struct ArenaChunk {
 
 enum { CHUNK_SIZE = 64 * 1024 };
 
+const char *die_tool = "attnc";
+
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "attnc: internal error at %s:%d: ", file, line);
+    fprintf(stderr, "%s: internal error at %s:%d: ", die_tool, file, line);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

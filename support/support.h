@@ -16,6 +16,8 @@
 #define ATTNC_VERSION "0.1.0"
 
 /* Internal invariants fail loudly with the place they were broken. */
+/* The tool die() names (attnc, attnc-opt: each main sets it). */
+extern const char *die_tool;
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...);
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 #define unreachable() die("unreachable")

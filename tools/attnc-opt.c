@@ -153,7 +153,7 @@ static bool process(Arena *a, Diag *d, const Source *src, const void *opts, FILE
 int main(int argc, char **argv) {
     Diag d;
     diag_init(&d, stderr);
-    d.tool = "attnc-opt";
+    d.tool = die_tool = "attnc-opt";
     Options o = {.arch = target_default()->name};
     o.pass_opts.dump = stderr;
     tool_run_args_init(&o.run);
