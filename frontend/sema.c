@@ -272,10 +272,12 @@ Op *sema_lower(Arena *a, Diag *d, const Source *src, const Program *p, const Map
         map_put(a, &s.items, it->name, (void *)it);
         sema_begin_block(&s);
         Op *func = sema_new_func(&s, it, it->kind == I_ATTENTION ? "attention" : "mlp");
+        diag_hold(d);   /* a block's checks run in their own order; its errors print in the source's */
         if (it->kind == I_ATTENTION)
             sema_lower_attention(&s, it, func);
         else
             sema_lower_mlp(&s, it, func);
+        diag_release(d);
         s.insert = NULL;
         map_put(a, &s.blocks, it->name, func);
         block_append(op_body(s.module), func);

@@ -6,6 +6,7 @@
  */
 #include "support.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,8 +151,77 @@ static void put_escaped(FILE *out, const char *s) {
     }
 }
 
-static void report(Diag *d, const Source *src, Loc loc, const char *kind, const char *fmt,
-                   va_list ap) {
+static void report_to_out(Diag *d, const Source *src, Loc loc, const char *kind, const char *fmt, va_list ap);
+
+/* A held report: written to memory, then kept (a note joins the report
+ * before it). */
+static void hold(Diag *d, const Source *src, Loc loc, const char *kind, const char *fmt, va_list ap) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len), *out = d->out;
+    if (!mem) {
+        report_to_out(d, src, loc, kind, fmt, ap);
+        return;
+    }
+    d->out = mem;
+    report_to_out(d, src, loc, kind, fmt, ap);
+    fclose(mem);
+    d->out = out;
+    if (strcmp(kind, "note") == 0 && d->nheld) {
+        DiagHeld *h = &d->held[d->nheld - 1];
+        char *joined = realloc(h->text, h->len + len + 1);
+        if (joined) {
+            memcpy(joined + h->len, buf, len + 1);
+            h->text = joined, h->len += len;
+        }
+        free(buf);
+        return;
+    }
+    if (d->nheld == d->held_cap) {
+        int cap = d->held_cap ? 2 * d->held_cap : 16;
+        DiagHeld *grown = realloc(d->held, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            fwrite(buf, 1, len, out);
+            free(buf);
+            return;
+        }
+        d->held = grown, d->held_cap = cap;
+    }
+    bool placed = src && loc.line > 0;
+    d->held[d->nheld] = (DiagHeld){placed ? loc.line + src->line_offset : INT_MAX, placed ? loc.col : 0, d->nheld,
+                                   buf, len};
+    d->nheld++;
+}
+
+void diag_hold(Diag *d) { d->holding = true; }
+
+static int by_position(const void *x, const void *y) {
+    const DiagHeld *a = x, *b = y;
+    return a->line != b->line ? (a->line < b->line ? -1 : 1)
+           : a->col != b->col ? (a->col < b->col ? -1 : 1)
+                              : a->seq - b->seq;
+}
+
+void diag_release(Diag *d) {
+    d->holding = false;
+    qsort(d->held, (size_t)d->nheld, sizeof *d->held, by_position);
+    for (int i = 0; i < d->nheld; i++) {
+        fwrite(d->held[i].text, 1, d->held[i].len, d->out);
+        free(d->held[i].text);
+    }
+    free(d->held);
+    d->held = NULL, d->nheld = d->held_cap = 0;
+}
+
+static void report(Diag *d, const Source *src, Loc loc, const char *kind, const char *fmt, va_list ap) {
+    if (d->holding)
+        hold(d, src, loc, kind, fmt, ap);
+    else
+        report_to_out(d, src, loc, kind, fmt, ap);
+}
+
+static void report_to_out(Diag *d, const Source *src, Loc loc, const char *kind, const char *fmt,
+                          va_list ap) {
     if (src) {
         put_escaped(d->out, src->name);
         if (loc.line > 0)

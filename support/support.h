@@ -62,9 +62,18 @@ typedef struct Source {
     int line_offset;    /* added to every reported line (split-input-file) */
 } Source;
 
+typedef struct DiagHeld {
+    int line, col, seq;   /* where it points (INT_MAX: nowhere), the order it came in */
+    char *text;           /* the report with its source line and caret, and its notes */
+    size_t len;
+} DiagHeld;
+
 typedef struct Diag {
     FILE *out;          /* where diagnostics go (stderr, or /dev/null) */
     int errors, warnings;
+    bool holding;       /* diag_hold ... diag_release: reports kept, then written in source order */
+    DiagHeld *held;
+    int nheld, held_cap;
     int max_errors;     /* stop reporting after this many */
     const char *tool;   /* prefix of errors without a position ("attnc") */
     Source source;      /* the file being compiled (frontend_compile; its text
@@ -73,6 +82,11 @@ typedef struct Diag {
 } Diag;
 
 void diag_init(Diag *d, FILE *out);
+/* Reports from diag_hold on are kept, each with its notes, and written by
+ * diag_release sorted by their position: a block's errors in source order,
+ * whatever order its checks ran in. */
+void diag_hold(Diag *d);
+void diag_release(Diag *d);
 /* The length of the well-formed UTF-8 character at s (n bytes left), or 0. */
 int utf8_sequence_length(const unsigned char *s, size_t n);
 void diag_error(Diag *d, const Source *src, Loc loc, const char *fmt, ...)
