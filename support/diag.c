@@ -204,7 +204,8 @@ static int by_position(const void *x, const void *y) {
 
 void diag_release(Diag *d) {
     d->holding = false;
-    qsort(d->held, (size_t)d->nheld, sizeof *d->held, by_position);
+    if (d->nheld)   /* (qsort's base may not be NULL, even for no elements) */
+        qsort(d->held, (size_t)d->nheld, sizeof *d->held, by_position);
     for (int i = 0; i < d->nheld; i++) {
         fwrite(d->held[i].text, 1, d->held[i].len, d->out);
         free(d->held[i].text);
