@@ -150,8 +150,6 @@ static bool fits_manifest(Arena *a, Diag *d, const Op *func, const char *name, c
     return !why;
 }
 
-/* One block (func): its kernels into mod, its manifest lines into man. */
-
 /* What a user is told of an op that no kernel took (fusion and tiling left
  * it): what the kernels compute instead. `attnc run` evaluates any of
  * these on the CPU; no target compiles them. */
@@ -171,6 +169,7 @@ static const char *unfused_message(Arena *a, const Op *op) {
                                  "evaluates it on the CPU)", op_info[op->kind].name);
 }
 
+/* One block (func): its kernels into mod, its manifest lines into man. */
 static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func,
                   FILE *man) {
     const char *name = op_attr(func, "sym_name")->s;

@@ -60,15 +60,19 @@ LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeR
     return LLVMBuildCall2(cg->b, ft, f, args, (unsigned)n, "");
 }
 
-/* p, as a value LLVM cannot see through: addresses made from it here stay
- * here (base + immediate) instead of being hoisted out of the loop one
- * register each. */
+/* v (an i32 or i64), as a value LLVM cannot see through, made here: what
+ * is computed from it here stays here instead of being hoisted out of the
+ * loop, one register per result. */
+LLVMValueRef opaque(Cg *cg, LLVMValueRef v) {
+    bool wide = LLVMTypeOf(v) == cg->i64;
+    return cg_asm(cg, wide ? "mov.b64 $0, $1;" : "mov.b32 $0, $1;", wide ? "=l,l" : "=r,r", LLVMTypeOf(v), &v, 1);
+}
+
+/* p made opaque: addresses made from it here stay here (base + immediate). */
 LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p) {
     bool shared = LLVMGetPointerAddressSpace(LLVMTypeOf(p)) == 3 && cg->short_shared;
-    LLVMTypeRef it = shared ? cg->i32 : cg->i64;
-    LLVMValueRef i = LLVMBuildPtrToInt(cg->b, p, it, "");
-    LLVMValueRef o = cg_asm(cg, shared ? "mov.b32 $0, $1;" : "mov.b64 $0, $1;", shared ? "=r,r" : "=l,l", it, &i, 1);
-    return LLVMBuildIntToPtr(cg->b, o, LLVMTypeOf(p), "");
+    LLVMValueRef i = LLVMBuildPtrToInt(cg->b, p, shared ? cg->i32 : cg->i64, "");
+    return LLVMBuildIntToPtr(cg->b, opaque(cg, i), LLVMTypeOf(p), "");
 }
 
 /* param · k (i64), formed here and not hoisted: vector j of a box copy is

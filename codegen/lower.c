@@ -52,10 +52,6 @@ const Token *wait_token(Cg *cg, const Op *op) {
     return c->tok;
 }
 
-/* A computed tile (registers) that dots read transposed (nv.operand on the
- * tile.trans): stored row-major into a shared buffer of its own, which the
- * dots then read as a View. The barrier before the stores lets the previous
- * loop iteration's readers finish; the one after publishes them. */
 ThreadIds thread_ids_here(Cg *cg) {
     ThreadIds saved = {cg->lane, cg->warp_row, cg->warp_col};
     if (!cg->rematerialise)
@@ -63,7 +59,7 @@ ThreadIds thread_ids_here(Cg *cg) {
     LLVMValueRef *ids[3] = {&cg->lane, &cg->warp_row, &cg->warp_col};
     for (int i = 0; i < 3; i++)
         if (*ids[i] && !LLVMIsConstant(*ids[i]))
-            *ids[i] = cg_asm(cg, "mov.b32 $0, $1;", "=r,r", cg->i32, ids[i], 1);
+            *ids[i] = opaque(cg, *ids[i]);
     return saved;
 }
 
@@ -71,6 +67,10 @@ void thread_ids_restore(Cg *cg, ThreadIds saved) {
     cg->lane = saved.lane, cg->warp_row = saved.warp_row, cg->warp_col = saved.warp_col;
 }
 
+/* A computed tile (registers) that dots read transposed (nv.operand on the
+ * tile.trans): stored row-major into a shared buffer of its own, which the
+ * dots then read as a View. The barrier before the stores lets the previous
+ * loop iteration's readers finish; the one after publishes them. */
 static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
     Attr *sw = op_attr(op, "nv.swizzle"), *rs = op_attr(op, "nv.row_stride");
     int swizzle = sw ? (int)sw->i : 0;

@@ -320,6 +320,7 @@ int esize(ScalarKind k);
 LLVMValueRef cg_call(Cg *cg, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n);
 LLVMValueRef cg_asm(Cg *cg, const char *text, const char *constraints, LLVMTypeRef ret, LLVMValueRef *args, int n);
 LLVMValueRef opaque_scaled(Cg *cg, LLVMValueRef param, int64_t k);
+LLVMValueRef opaque(Cg *cg, LLVMValueRef v);
 LLVMValueRef opaque_ptr(Cg *cg, LLVMValueRef p);
 LLVMValueRef sreg(Cg *cg, const char *name);
 void cg_barrier(Cg *cg);

@@ -75,7 +75,7 @@ static Operand operand(Cg *cg, const View *w, bool mn_major, LLVMValueRef first)
         base = gep(cg, SK_F16, base, mul(cg, LLVMBuildLShr(cg->b, first, ci64(cg, 6), ""), ci64(cg, w->panel_rows * 64)));
     o.desc = descriptor(cg, base, mn_major ? o.panel_bytes : 16, 1024);
     if (cg->rematerialise)   /* formed at each dot, not held across the loop a k-step each */
-        o.desc = cg_asm(cg, "mov.b64 $0, $1;", "=l,l", cg->i64, &o.desc, 1);
+        o.desc = opaque(cg, o.desc);
     return o;
 }
 

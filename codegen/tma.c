@@ -64,8 +64,8 @@ static bool store_per_warpgroup(const Cg *cg, int64_t rows) {
  * warpgroup's 64 rows of it are 64 columns of the slab. */
 typedef struct Slab {
     bool trans, per_warpgroup;
-    int row_dim;
-    int64_t rows, cols;   /* this thread's slab: all the tile's rows, or its warpgroup's */
+    int row_dim, col_dim;   /* the memref's dims along the slab's rows and columns (the innermost) */
+    int64_t rows, cols;     /* this thread's slab: all the tile's rows, or its warpgroup's */
 } Slab;
 
 static Slab slab_of(const Cg *cg, const Op *op, int64_t tile_rows, int64_t tile_cols) {
@@ -73,6 +73,7 @@ static Slab slab_of(const Cg *cg, const Op *op, int64_t tile_rows, int64_t tile_
     int inner = op->operands[0]->type->rank - 1;
     Slab s = {.trans = dims->elems[0]->i == inner, .per_warpgroup = store_per_warpgroup(cg, tile_rows)};
     s.row_dim = (int)dims->elems[s.trans ? 1 : 0]->i;
+    s.col_dim = (int)dims->elems[s.trans ? 0 : 1]->i;
     int64_t own_rows = s.per_warpgroup ? 64 : tile_rows;   /* this thread's warpgroup's rows of the tile */
     s.rows = s.trans ? tile_cols : own_rows;
     s.cols = s.trans ? own_rows : tile_cols;
@@ -99,22 +100,21 @@ bool tma_collect(Cg *cg, const Block *blk) {
         for (int i = 3; i < top->nargs; i++)
             if (top->args[i] == src)
                 arg = i - 3;
-        if (arg < 0 || st->rank > 5 || tt->rank != (store ? 2 : 3) || !dims || dims->n != 2)
-            arg = -1;
-        Slab slab = store && arg >= 0 ? slab_of(cg, op, tt->dims[0].size, tt->dims[1].size) : (Slab){0};
-        int64_t rows = store ? slab.rows : tt->dims[1].size;
-        int64_t cols = store ? slab.cols : tt->dims[2].size;
+        bool shaped = arg >= 0 && st->rank <= 5 && tt->rank == (store ? 2 : 3) && dims && dims->n == 2;
+        Slab box = !shaped ? (Slab){0}
+                   : store ? slab_of(cg, op, tt->dims[0].size, tt->dims[1].size)
+                           : (Slab){.row_dim = (int)dims->elems[0]->i, .col_dim = (int)dims->elems[1]->i,
+                                    .rows = tt->dims[1].size, .cols = tt->dims[2].size};
         int64_t panel = store ? panel_cols(st->elem) : TMA_PANEL;
-        int row_dim = arg < 0 ? -1 : store ? slab.row_dim : (int)dims->elems[0]->i;
-        int col_dim = arg < 0 ? -1 : store && slab.trans ? (int)dims->elems[0]->i : (int)dims->elems[1]->i;
-        if (arg < 0 || cols % panel || rows > 256 || col_dim != st->rank - 1 || row_dim < 0 || row_dim >= col_dim)
+        if (!shaped || box.cols % panel || box.rows > 256 || box.col_dim != st->rank - 1 || box.row_dim < 0 ||
+            box.row_dim >= box.col_dim)
             return cg_err(cg, op, "internal error: a TMA copy or store needs a box of rows of a kernel parameter's "
                                   "innermost dim, at most 256 rows of 64k columns (run sm90a-layout)", NULL),
                    false;
         KernelTmap m = {.arg = arg, .rank = st->rank};
         for (int d = 0; d < st->rank; d++)
             m.box[d] = 1;
-        m.box[row_dim] = rows;
+        m.box[box.row_dim] = box.rows;
         m.box[st->rank - 1] = panel;
         bool seen = false;
         for (int j = 0; j < cg->hopper.ntmaps; j++)

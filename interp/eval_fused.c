@@ -271,11 +271,10 @@ bool eval_fused_gemm(Interp *in, const Op *op) {
     Tensor *a = eval_get(in, op->operands[0]);
     int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1], N = r->dims[r->rank - 1];
     Tensor **prod = NEW_ARRAY(in->arena, Tensor *, n);
-    Attr *tr = op_attr(op, "b_transposed");
     for (int i = 0; i < n; i++) {
         Tensor *b = eval_get(in, op->operands[1 + i]);
         int64_t sk = N, sn = 1;   /* b's strides along K and N */
-        if (tr && tr->elems[i]->i)
+        if (gemm_weight_transposed(op, i))
             sk = 1, sn = K;
         prod[i] = tensor_new(in->arena, blk->args[i]->type->elem, r->rank, r->dims);
         int64_t mn = M * N, nbatch = mn > 0 ? r->size / mn : 0;

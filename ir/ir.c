@@ -275,6 +275,11 @@ void op_set_attr(Arena *a, Op *op, const char *name, Attr *value) {
 
 Attr *op_attr(const Op *op, const char *name) { return attrs_get(op->attrs, op->nattrs, name); }
 
+bool gemm_weight_transposed(const Op *g, int i) {
+    Attr *tr = op_attr(g, "b_transposed");
+    return tr && tr->kind == AT_ARRAY && i < tr->n && tr->elems[i]->kind == AT_INT && tr->elems[i]->i;
+}
+
 bool op_reads_result_of(const Op *op, OpKind kind) {
     for (int i = 0; i < op->noperands; i++)
         if (op->operands[i]->def && op->operands[i]->def->kind == kind)

@@ -168,6 +168,9 @@ Op *op_create(Arena *a, OpKind kind, int noperands, Value **operands, int nresul
               Type **result_types, int nregions);
 void op_set_attr(Arena *a, Op *op, const char *name, Attr *value);
 Attr *op_attr(const Op *op, const char *name);
+/* Whether attn.fused_gemm g reads its weight i as an [N, K] matrix
+ * transposed (b_transposed[i] = 1, x @ transpose(w)). */
+bool gemm_weight_transposed(const Op *g, int i);
 /* Whether blk, or a block nested in one of its ops, holds an op of `kind`
  * whose string attribute `name` is `value`. */
 bool block_holds(const Block *blk, OpKind kind, const char *name, const char *value);

@@ -456,7 +456,7 @@ static void verify_fused_gemm(Verifier *v, Op *op) {
     ScalarKind *args = NEW_ARRAY(&v->arena, ScalarKind, n + nextra + 1);
     for (int i = 0; i < n; i++) {
         const Type *b = op->operands[1 + i]->type;
-        bool t = tr && tr->elems[i]->kind == AT_INT && tr->elems[i]->i;
+        bool t = gemm_weight_transposed(op, i);
         if (!is_tensor(b) || b->rank != 2 || b->elem != a->elem ||
             !dim_equal(a->dims[a->rank - 1], b->dims[t ? 1 : 0]) || !dim_equal(b->dims[t ? 0 : 1], r->dims[r->rank - 1])) {
             op_error(v, op, "operand %d must be a %s weight for a %s and a %s result", 1 + i, t ? "[N, K]" : "[K, N]",

@@ -27,11 +27,11 @@ static bool swizzles_ring(const Type *t) {
  * at most 32 per thread (16·row_blocks rows × cols / 32 lanes / 2 per
  * register): beside a d128 output (128 f32 per thread) and the scores they
  * would spill, so there they are read from shared memory per key tile, as
- * FlashAttention-2 does. The same where a loop carries accumulators more
- * than 128 columns wide (the backward's dK and dV at head dim 128), where
- * K's and V's fragments, 64 registers, made ptxas spill 416 bytes. */
+ * FlashAttention-2 does. The same where registers are scarce (the
+ * backward's dK and dV at head dim 128), where K's and V's fragments, 64
+ * registers, made ptxas spill 416 bytes. */
 static bool fits_in_fragments(const Lower *l, const Type *t) {
-    return l->carried_cols <= 128 && 16 * l->row_blocks * t->dims[1].size / 64 <= 32;
+    return !l->registers_scarce && 16 * l->row_blocks * t->dims[1].size / 64 <= 32;
 }
 
 /* Register pressure, measured with ptxas (one model for this file's two
@@ -141,7 +141,7 @@ static void pair_dots(Arena *a, Block *blk, bool top) {
 static bool annotate_launch(const Lower *l, Op *launch, const Scan *s, int warps) {
     (void)warps;
     pair_dots(l->ctx->arena, launch->regions[0].blocks[0], true);
-    if (s->dot_cols && s->carried_cols > 128)
+    if (registers_scarce(s))
         op_set_attr(l->ctx->arena, launch, "nv.rematerialise", attr_int(l->ctx->arena, 1));
     return false;   /* (no TMA on sm_80) */
 }

@@ -359,15 +359,13 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
             op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
     }
     /* Without warp specialisation no setmaxnreg gives the computing warps
-     * more registers: where a loop over score tiles carries accumulators
-     * more than 128 columns wide (the backward's dK and dV at head dim
-     * 128: 128 registers a thread), the dots' descriptors and the shared
-     * addresses of each element are formed where they are used rather
-     * than held across the loop one register each, which ptxas spilled
-     * (codegen's nv.rematerialise; the key-tile kernel at head dim 128,
-     * 64 × 64 tiles: 252 registers and no spills, against 255 and 372
-     * bytes of spills). GEMMs (no score tile) spill neither way. */
-    if (!specialise && s->dot_cols && s->carried_cols > 128)
+     * more registers: where they are scarce, the dots' descriptors and the
+     * shared addresses of each element are formed where they are used
+     * rather than held across the loop one register each, which ptxas
+     * spilled (codegen's nv.rematerialise; the key-tile kernel at head dim
+     * 128, 64 × 64 tiles: 252 registers and no spills, against 255 and
+     * 372 bytes of spills). GEMMs (no score tile) spill neither way. */
+    if (!specialise && registers_scarce(s))
         op_set_attr(a, launch, "nv.rematerialise", attr_int(a, 1));
     mark_rings(a, body, specialise);
     return true;

@@ -561,7 +561,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
         op_set_attr(a, launch, "nv.warp_cols", attr_int(a, warp_cols));
     Lower lw = *l;
     lw.row_blocks = row_blocks;
-    lw.carried_cols = s.carried_cols;
+    lw.registers_scarce = registers_scarce(&s);
     l = &lw;
     annotate(l, body, body);   /* in order: a dot's loads come before it (and allocs before copies) */
     if (l->lt->annotate_launch)
@@ -594,6 +594,6 @@ static bool walk(const Lower *l, Block *blk) {
 
 bool nv_layout_run(const LayoutTarget *lt, Op *module, PassContext *ctx) {
     op_set_attr(ctx->arena, module, "nv.target", attr_str(ctx->arena, lt->target->name));
-    Lower l = {ctx, lt, lt->target, 1, 0, false};
+    Lower l = {ctx, lt, lt->target, 1, false, false};
     return walk(&l, op_body(module));
 }

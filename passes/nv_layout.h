@@ -15,7 +15,7 @@ typedef struct Lower {
     const LayoutTarget *lt;
     const Target *t;
     int row_blocks;   /* of the launch being lowered: 16-row blocks per warp */
-    int64_t carried_cols;   /* of the launch being lowered: Scan's */
+    bool registers_scarce;   /* of the launch being lowered: registers_scarce(its Scan) */
     bool tma;         /* sm_90a: the launch's copies are TMA copies */
 } Lower;
 
@@ -35,6 +35,13 @@ typedef struct Scan {
     bool row_bound;
     int64_t col_gcd;          /* of the widths of the 2-D tiles in registers */
 } Scan;
+
+/* Whether registers are scarce in the launch: a loop over score tiles
+ * carries accumulators more than 128 columns wide (the backward's dK and
+ * dV at head dim 128: 128 f32 a thread). Then addresses are formed where
+ * they are used (nv.rematerialise, where no setmaxnreg adds registers) and
+ * sm_80 holds no A fragments across the loop. */
+static inline bool registers_scarce(const Scan *s) { return s->dot_cols && s->carried_cols > 128; }
 
 struct LayoutTarget {
     const Target *target;

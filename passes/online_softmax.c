@@ -220,8 +220,6 @@ static Op *fuse_segment(PassContext *ctx, Op *lpv, Value **init, bool rescale) {
     return loop;
 }
 
-/* A chain of segments (max loops, sum loops, pv loops; k of each, in order)
- * becomes k fused loops in a chain; then o = acc / l, and m back to base e. */
 /* Does each loop carry just its one value, as tiling makes it? A loop
  * double-buffer has pipelined carries its copies' tokens too. */
 static bool carries_one(Op **loops, int k) {
@@ -231,6 +229,8 @@ static bool carries_one(Op **loops, int k) {
     return true;
 }
 
+/* A chain of segments (max loops, sum loops, pv loops; k of each, in order)
+ * becomes k fused loops in a chain; then o = acc / l, and m back to base e. */
 static bool fuse_chain(PassContext *ctx, Op *func, Op **maxes, Op **sums, Op **pvs, int k, bool rescale) {
     if (!carries_one(maxes, k) || !carries_one(sums, k) || !carries_one(pvs, k)) {
         /* (attnc-opt with the passes out of order: the three loops stay,

@@ -65,10 +65,9 @@ bool tile_gemm(PassContext *ctx, Op *func, Op *g) {
     Value *ai[2] = {m0, k0};
     Value *at = t_load(&body, A, ai, rows_cols, b_tile_type(&body, a->elem, BM, BK), 0);
     Value **next = NEW_ARRAY(b.a, Value *, n);
-    Attr *tr = op_attr(g, "b_transposed");
     for (int i = 0; i < n; i++) {
         Value *wt;
-        if (tr && tr->elems[i]->i) {   /* an [N, K] weight: its [BN, BK] tile, read transposed (as attention's Kᵀ) */
+        if (gemm_weight_transposed(g, i)) {   /* an [N, K] weight: its [BN, BK] tile, read transposed (as attention's Kᵀ) */
             Value *wi[2] = {n0, k0};
             Value *tile = t_load(&body, args[4 + i], wi, rows_cols, b_tile_type(&body, a->elem, BN, BK), 0);
             wt = b_emit(&body, OP_TRANS, b_tile_type(&body, a->elem, BK, BN), 1, &tile);

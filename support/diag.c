@@ -139,15 +139,15 @@ static void show_source(Diag *d, const Source *src, Loc loc) {
     fputc('\n', d->out);
 }
 
-/* s with its control bytes as \xNN: a file name (or a message quoting one)
- * holding an escape sequence must not drive the terminal. */
+/* s as show_char shows a source line: a file name (or a message quoting
+ * one) holding an escape sequence must not drive the terminal either. */
 static void put_escaped(FILE *out, const char *s) {
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c < 0x20 || c == 0x7f)
-            fprintf(out, "\\x%02x", c);
-        else
-            fputc(c, out);
+    size_t n = strlen(s);
+    char buf[16];
+    int cols;
+    for (size_t i = 0; i < n;) {
+        i += show_char((const unsigned char *)s + i, n - i, buf, &cols);
+        fputs(buf, out);
     }
 }
 
