@@ -67,6 +67,34 @@ void thread_ids_restore(Cg *cg, ThreadIds saved) {
     cg->lane = saved.lane, cg->warp_row = saved.warp_row, cg->warp_col = saved.warp_col;
 }
 
+/* A 16-bit tile in the accumulator layout into shared memory by
+ * stmatrix: each 16 × 16 block of a warp's is four 8 × 8 matrices whose
+ * fragments are the accumulator's (row lane / 4, columns 2·(lane % 4) and
+ * + 1), its elements i = 0..7 pairs (0, 1) rows 0-7, (2, 3) rows 8-15,
+ * (4, 5) columns 8-15 and (6, 7) both; lane T gives the address of row
+ * T % 8 of matrix T / 8, 16 contiguous bytes (one chunk of a swizzled
+ * row). One instruction where 16-bit stores were eight: the backward's
+ * dSᵀ copy at 128 query columns took 8 % of the key-tile kernel's issue
+ * slots element by element (ncu, H100). */
+static void store_stmatrix(Cg *cg, const Dist *d, const View *w) {
+    LLVMValueRef row_in = add(cg, lane_bit(cg, 8), lane_bit(cg, 7));
+    LLVMValueRef col_in = LLVMBuildLShr(cg->b, lane_bit(cg, 16), ci64(cg, 1), "");
+    for (int a = 0; a < cg->mrep; a++)
+        for (int b = 0; b < nrep_of(cg, d->cols); b++) {
+            LLVMValueRef args[5];
+            for (int j = 0; j < 4; j++) {
+                LLVMValueRef two = pack2(cg, dist_get(cg, d, (Pos){a, b, 2 * j}), dist_get(cg, d, (Pos){a, b, 2 * j + 1}));
+                args[1 + j] = LLVMBuildBitCast(cg->b, two, cg->i32, "");
+            }
+            LLVMValueRef row = add(cg, warp_row_base(cg, a), row_in);
+            LLVMValueRef col = add(cg, add(cg, ci64(cg, 16 * b), col_in), warp_col_base(cg, d->cols));
+            LLVMValueRef at = gep(cg, d->elem, w->base, smem_offset(cg, row, col, w->stride, w->panel_rows, w->swizzle));
+            args[0] = LLVMBuildPtrToInt(cg->b, at, cg->i32, "");
+            cg_asm(cg, "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
+                   LLVMVoidTypeInContext(cg->ctx), args, 5);
+        }
+}
+
 /* A computed tile (registers) that dots read transposed (nv.operand on the
  * tile.trans): stored row-major into a shared buffer of its own, which the
  * dots then read as a View. The barrier before the stores lets the previous
@@ -83,17 +111,27 @@ static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
     w->base = smem_alloc_aligned(cg, d->rows * w->stride * esize(d->elem), swizzle ? 1024 : 16);
     cg->owner = NULL;
     cg_barrier(cg);
-    Pos *ps;
-    int n = positions(cg, d->rows, d->cols, &ps);
-    LLVMValueRef own = tile_owner(cg, d->rows, d->cols);
     ThreadIds ids = thread_ids_here(cg);
-    for (int k = 0; k < n; k++) {
-        LLVMValueRef row, col;
-        coords(cg, ps[k], d->rows, d->cols, &row, &col);
-        LLVMValueRef off = smem_offset(cg, row, col, w->stride, w->panel_rows, swizzle);
-        LLVMBasicBlockRef join = if_begin(cg, own);
-        store_elem(cg, d->elem, dist_get(cg, d, ps[k]), gep(cg, d->elem, w->base, off));
-        if_end(cg, join);
+    bool acc16 = cg->lay == LAY_ACC && esize(d->elem) == 2 && d->rows > 1 && d->cols > 1;
+    if (acc16 && cg->target->stmatrix)
+        store_stmatrix(cg, d, w);
+    else {
+        Pos *ps;
+        int n = positions(cg, d->rows, d->cols, &ps);
+        LLVMValueRef own = tile_owner(cg, d->rows, d->cols);
+        for (int k = 0; k < n; k++) {
+            LLVMValueRef row, col;
+            coords(cg, ps[k], d->rows, d->cols, &row, &col);
+            LLVMValueRef at = gep(cg, d->elem, w->base, smem_offset(cg, row, col, w->stride, w->panel_rows, swizzle));
+            LLVMBasicBlockRef join = if_begin(cg, own);
+            if (acc16 && cg->target->pair_stores && pos_pair(ps, k, n)) {   /* adjacent: one 32-bit store */
+                LLVMValueRef two = pack2(cg, dist_get(cg, d, ps[k]), dist_get(cg, d, ps[k + 1]));
+                store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, two, cg->i32, ""), at);
+                k++;
+            } else
+                store_elem(cg, d->elem, dist_get(cg, d, ps[k]), at);
+            if_end(cg, join);
+        }
     }
     thread_ids_restore(cg, ids);
     proxy_fence(cg);

@@ -193,6 +193,8 @@ typedef struct CgTarget {
      * 16-bit outputs are stored two at a time (sm_80; on sm_70 the checks
      * cost registers and the pairs are not adjacent) */
     bool pair_stores;
+    /* stmatrix stores 16-bit accumulator tiles into shared memory (sm_90) */
+    bool stmatrix;
     /* a GEMM's warps may form a grid over rows and columns (nv.warp_cols) */
     bool warp_grid;
     /* whether the online softmax's rescale mul (O·α: an f32 tile by a row

@@ -354,5 +354,6 @@ const CgTarget sm90a_target = {
     .async_proxy = true,
     .smem_align = 1024,
     .pair_stores = true,
+    .stmatrix = true,
     .may_skip_unit_scale = may_skip_unit_scale,
 };

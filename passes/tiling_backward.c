@@ -88,6 +88,12 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Va
     if (valid)
         s = b_select(b, valid, s, b_float(b, acc, -INFINITY));
     r.valid = valid;
+    /* lse = −inf (a row that sees no key) is read as 0, so that P = 0, not
+     * NaN. Formed here, after the scores' product, not where lse loads: the
+     * code generators keep this order, and ptxas, given the compare first,
+     * waited for the load before issuing the product (10 % of the sm_90a
+     * key-tile kernel's issue slots at head dim 64, ncu on the H100). */
+    lse = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse);
     r.p = b_unary(b, OP_EXP, b_bin(b, OP_SUB, b_cast(b, s, SK_F32), lse));
     return r;
 }
@@ -142,7 +148,6 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
     Value *q = t_load(&b, args[3], qi, rows_cols, b_tile_type(&b, dt, BM, D), 0);
     Value *dout = t_load(&b, args[7], qi, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
     Value *lse = t_load(&b, args[6], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
-    lse = b_select(&b, b_cmp(&b, "eq", lse, b_float(&b, F, -INFINITY)), b_float(&b, F, 0), lse);
     Value *delta = t_load(&b, args[8], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
     Value *i = b_bin(&b, OP_ADD, b_iota(&b, 0, BM, 1), r0), *nk = b_dim(&b, kt->dims[2]);
     Segment seg[3];
@@ -327,8 +332,6 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *dout = t_load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
         Value *li[3] = {bi, h, m0};
         Value *lse = t_load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
-        Value *ninf32 = b_float(&mb, F, -INFINITY);
-        lse = b_select(&mb, b_cmp(&mb, "eq", lse, ninf32), b_float(&mb, F, 0), lse);
         Value *delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
         Value *qT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BM), 1, &q);
