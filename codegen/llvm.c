@@ -11,6 +11,7 @@ bool cg_err(Cg *cg, const Op *op, const char *fmt, const char *detail) {
         char msg[512];
         snprintf(msg, sizeof msg, fmt, detail ? detail : "");
         op_diag(cg->d, NULL, op, arena_printf(cg->a, "%s codegen: %s", cg->info->name, msg));
+        schedule_note(cg->d, op, cg->info->name);
     }
     cg->failed = true;
     return false;

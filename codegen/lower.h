@@ -42,6 +42,7 @@
 #define ATTNC_LOWER_H
 
 #include "codegen/cg.h"
+#include "target/schedule.h"
 #include "target/target.h"
 
 /* C11 has no PI & co. */

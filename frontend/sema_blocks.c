@@ -41,6 +41,8 @@ static Type *resolve_type(Sema *s, const TypeSpec *ts) {
         if (!c) {
             dims[i].sym = name;   /* symbolic: bound at run time */
             map_put(s->a, &s->dims, name, (void *)1);
+        } else if (c->val.kind == VAL_ERROR) {
+            ok = false;   /* its definition's error is reported: not one more at each use */
         } else if (c->val.kind != VAL_INT || c->val.i <= 0) {
             diag_error(s->d, s->src, ts->dim_locs[i],
                        "constant '%s' is used as a dimension but is not a positive integer", name);

@@ -66,6 +66,12 @@ void print_dim(FILE *f, Dim d);
 
 typedef enum AttrKind { AT_INT, AT_FLOAT, AT_BOOL, AT_STR, AT_TYPE, AT_ARRAY, AT_DICT } AttrKind;
 
+/* An op's source position: the .attn location it came from. */
+typedef struct SrcLoc {
+    const char *file;
+    int line, col;
+} SrcLoc;
+
 typedef struct Attr Attr;
 typedef struct NamedAttr {
     const char *name;
@@ -81,6 +87,9 @@ struct Attr {
     int n;               /* AT_ARRAY, AT_DICT */
     Attr **elems;        /* AT_ARRAY */
     NamedAttr *entries;  /* AT_DICT, sorted by name */
+    /* where in the .attn source it was written, for messages (a block's
+     * schedule for a target and each directive's value); never printed */
+    SrcLoc loc;
 };
 
 Attr *attr_int(Arena *a, int64_t v);
@@ -126,12 +135,6 @@ typedef struct Value {
     int index;         /* result or argument number */
     const char *name;  /* name hint for the printer (NULL: numbered) */
 } Value;
-
-/* An op's source position: the .attn location it came from. */
-typedef struct SrcLoc {
-    const char *file;
-    int line, col;
-} SrcLoc;
 
 struct Region {
     Op *parent;
@@ -227,6 +230,9 @@ int ir_verify(Op *root, Diag *d, const Source *text);
 /* Reports msg as an error at op's best-known position: where it was parsed
  * in `text` (may be NULL), else its .attn location, else none. */
 void op_diag(Diag *d, const Source *text, const Op *op, const char *msg);
+/* A note at a source position (an attribute's loc), as op_diag places its
+ * messages. */
+void srcloc_note(Diag *d, SrcLoc at, const char *msg);
 /* The same as a warning. */
 void op_warn(Diag *d, const Source *text, const Op *op, const char *msg);
 

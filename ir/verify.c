@@ -32,25 +32,38 @@ static void op_error(Verifier *v, const Op *op, const char *fmt, ...) {
     op_diag(v->diag, v->text, op, full);
 }
 
-static void op_report(Diag *d, const Source *text, const Op *op, bool warning, const char *msg) {
-    void (*report)(Diag *, const Source *, Loc, const char *, ...) = warning ? diag_warning : diag_error;
-    if (!text && !op->text_loc.line && op->loc.file && d->source.name && strcmp(d->source.name, op->loc.file) == 0)
+typedef void (*Report)(Diag *, const Source *, Loc, const char *, ...);
+
+/* A message at a source position: where IR text was parsed from (text_loc,
+ * in text), else the .attn location (at). */
+static void report_at(Diag *d, const Source *text, SrcLoc at, Loc text_loc, Report report, bool warning,
+                      const char *msg) {
+    if (!text && !text_loc.line && at.file && d->source.name && strcmp(d->source.name, at.file) == 0)
         text = &d->source;   /* the .attn file being compiled */
-    if (text && op->text_loc.line) {
-        report(d, text, op->text_loc, "%s", msg);
-    } else if (op->loc.file) {
-        Source s = {.name = op->loc.file};
-        if (text && text->name && strcmp(text->name, op->loc.file) == 0)
+    if (text && text_loc.line) {
+        report(d, text, text_loc, "%s", msg);
+    } else if (at.file) {
+        Source s = {.name = at.file};
+        if (text && text->name && strcmp(text->name, at.file) == 0)
             s = *text;
-        /* op->loc counts lines of the whole file; s may be one chunk of it */
-        int line = op->loc.line - s.line_offset;
-        Loc l = {line, op->loc.col, line, op->loc.col};
+        /* at counts lines of the whole file; s may be one chunk of it */
+        int line = at.line - s.line_offset;
+        Loc l = {line, at.col, line, at.col};
         report(d, &s, l, "%s", msg);
     } else if (warning) {
         diag_warning(d, NULL, (Loc){0}, "%s", msg);
     } else {
         diag_plain(d, "%s", msg);
     }
+}
+
+static void op_report(Diag *d, const Source *text, const Op *op, bool warning, const char *msg) {
+    report_at(d, text, op->loc, op->text_loc, warning ? diag_warning : diag_error, warning, msg);
+}
+
+void srcloc_note(Diag *d, SrcLoc at, const char *msg) {
+    if (at.file)
+        report_at(d, NULL, at, (Loc){0}, diag_note, false, msg);
 }
 
 void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) { op_report(d, text, op, false, msg); }

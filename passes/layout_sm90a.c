@@ -269,7 +269,7 @@ static bool pick_warps(const Lower *l, Op *launch, const Scan *s, int64_t rows, 
                    "a schedule's tile width) must be a multiple of 64"
                  : NULL;
     if (why) {
-        op_diag(ctx->diag, NULL, narrow && !(rows % 64) ? narrow : launch,
+        layout_error(l, narrow && !(rows % 64) ? narrow : launch,
                 arena_printf(ctx->arena, "%s codegen: %s", l->t->name, why));
         return false;
     }

@@ -153,6 +153,11 @@ static bool only_copied_and_read_by_dots(const Lower *l, const Block *top, const
 
 /* ---- the kernel ---------------------------------------------------------------------- */
 
+void layout_error(const Lower *l, const Op *op, const char *msg) {
+    op_diag(l->ctx->diag, NULL, op, msg);
+    schedule_note(l->ctx->diag, op, l->t->name);
+}
+
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 
 static void scan(const Block *top, const Block *blk, Scan *s) {
@@ -496,25 +501,25 @@ static bool layout_launch(const Lower *l, Op *launch) {
     Scan s = {.acc = SK_F32};
     scan(body, body, &s);
     if (s.bf16 && !l->t->bf16) {
-        op_diag(ctx->diag, NULL, launch,
+        layout_error(l, launch,
                 arena_printf(ctx->arena, "%s codegen: bf16 tensors are not supported on %s (%s has no bf16 MMA); use f16",
                              l->t->name, l->t->name, l->t->family));
         return false;
     }
     if (s.bf16 && s.dots && s.acc == SK_F16) {
-        op_diag(ctx->diag, NULL, launch,
+        layout_error(l, launch,
                 arena_printf(ctx->arena, "%s codegen: bf16 operands accumulate in f32 only (use acc f32)", l->t->name));
         return false;
     }
     if (s.wide_dot) {   /* (sema refuses such products; IR text can still hold one) */
-        op_diag(ctx->diag, NULL, s.wide_dot,
+        layout_error(l, s.wide_dot,
                 arena_printf(ctx->arena, "%s codegen: a matrix product of %s operands; the tensor cores take f16 or "
                                          "bf16", l->t->name, scalar_name(s.wide_dot->operands[0]->type->elem)));
         return false;
     }
     if (s.bad_dot) {   /* before anything trips over the shape (head dim 1) */
         const Type *at = s.bad_dot->operands[0]->type, *rt = s.bad_dot->results[0]->type;
-        op_diag(ctx->diag, NULL, launch,
+        layout_error(l, launch,
                 arena_printf(ctx->arena,
                              "%s codegen: a matrix product of [%lld x %lld] by [%lld x %lld]: both widths must be "
                              "multiples of 16 (the head dims of an attention block, the widths of an mlp block)",
@@ -526,7 +531,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
     int warps = 4, row_blocks = 1, warp_cols = 1;
     if (s.dots) {
         if (rows % 16) {
-            op_diag(ctx->diag, NULL, launch,
+            layout_error(l, launch,
                     arena_printf(ctx->arena, "%s codegen: the row tile (%lld) must be a multiple of 16", l->t->name,
                                  (long long)rows));
             return false;
@@ -540,7 +545,7 @@ static bool layout_launch(const Lower *l, Op *launch) {
             return false;
         if (hint) {
             if (rows % (16 * hint->i)) {
-                op_diag(ctx->diag, NULL, launch,
+                layout_error(l, launch,
                         arena_printf(ctx->arena,
                                      "%s codegen: warps(%lld) does not split the row tile (%lld) into 16-row blocks",
                                      l->t->name, (long long)hint->i, (long long)rows));

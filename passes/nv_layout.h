@@ -6,6 +6,7 @@
 
 #include "ir/builder.h"
 #include "passes/passes.h"
+#include "target/schedule.h"
 #include "target/target.h"
 
 typedef struct LayoutTarget LayoutTarget;
@@ -93,5 +94,9 @@ bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op);
 const char *operand_layout(const Value *v);
 /* nv.swizzle 128 or nv.row_stride (padded rows) on a 16-bit shared tile */
 void set_shared_layout(const Lower *l, Op *op, const Type *t, bool swizzle);
+
+/* An error of the target lowering at op, with a note at the block's
+ * schedule for the target where it has one (schedule_note). */
+void layout_error(const Lower *l, const Op *op, const char *msg);
 
 #endif

@@ -32,6 +32,10 @@ const ScheduleInfo *schedule_lookup(const char *name);
 const char *schedule_names(void);
 /* The value of directive id in func's schedule for arch, or NULL. */
 Attr *schedule_directive(const Op *func, const char *arch, ScheduleId id);
+/* After an error the target lowering or code generation reports at op:
+ * a note at the block's schedule for arch, if it has one, naming what it
+ * sets (the error's cause may be a tile or stage count it chose). */
+void schedule_note(Diag *d, const Op *op, const char *arch);
 /* The name a launch attribute of directive id has (tiling records it there
  * for the target lowering): "schedule.NAME". */
 const char *schedule_launch_attr(ScheduleId id);
