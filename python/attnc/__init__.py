@@ -6,6 +6,7 @@
 
     mod = attnc.compile("model.attn")                # runs the attnc binary (default target sm_80),
                                                      # or loads the PTX from the cache (attnc.cache)
+    o = attnc.attention(q, k, v, causal=True)        # no .attn file: functional.py
 
 ctypes over libattnrt (no compile step). Kernels launch on the current torch
 stream. Inputs are CUDA tensors of the manifest's dtypes, contiguous or
@@ -20,7 +21,7 @@ import tempfile
 
 from . import cache as _cache
 
-__all__ = ["AttncError", "Module", "load", "compile", "find_attnc"]
+__all__ = ["AttncError", "Module", "load", "compile", "compile_text", "attention", "find_attnc"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MAX_RANK = 8
@@ -211,6 +212,25 @@ def _read(source):
             return f.read()
     except OSError:
         return None   # attnc reports it
+
+
+def compile_text(text, arch=None, backward=False):
+    """compile() of .attn source text (str) rather than a file: through the
+    same on-disk cache, which keys on the text."""
+    fd, path = tempfile.mkstemp(suffix=".attn", prefix="attnc-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return compile(path, arch=arch, backward=backward)
+    finally:
+        os.remove(path)
+
+
+def attention(q, k, v, **options):
+    """Attention on PyTorch tensors, compiled for their GPU and cached:
+    attnc.functional.attention (its text says what the options mean)."""
+    from .functional import attention as run
+    return run(q, k, v, **options)
 
 
 def compile(source, arch=None, output=None, backward=False, cache=True):

@@ -1,0 +1,161 @@
+"""functional.py — attnc.attention: attention on PyTorch tensors without a
+.attn file, as flash_attn_func and F.scaled_dot_product_attention are called.
+
+    o = attnc.attention(q, k, v, causal=True)                  # [B, H, N, D]
+    o = attnc.attention(q, k, v, layout="bnhd", window=(256, 0), softcap=30.0)
+    o, lse = attnc.attention(q, k, v, alibi_slopes=slopes, return_lse=True)
+
+The call writes the attention block its arguments describe (block_source),
+compiles it for the GPU the tensors are on (sm_90a on Hopper, sm_80 on
+Ampere, Ada and later, sm_70 on Volta) through attnc.compile and its on-disk
+cache, keeps the loaded module for the process, and runs it; with autograd
+recording and a tensor that requires grad, the block is compiled with its
+backward and the call is differentiable in q, k and v (autograd.py).
+
+The options mean what FlashAttention's do (flash_attn_func), so a model
+written for it gets the same numbers: the causal mask and windows align the
+bottom-right corners when Nq != Nk (query i sees keys up to i + Nk - Nq),
+window = (left, right) keeps keys in [i + Nk - Nq - left, i + Nk - Nq +
+right] with -1 for no bound, softcap applies c·tanh(s / c) to the scaled
+scores, and ALiBi adds −slope·|i + Nk − Nq − j| after it.
+"""
+import math
+
+_LAYOUTS = ("bhnd", "bnhd")
+_modules = {}   # (source, arch, backward) -> (module, differentiable function or None)
+
+
+def _error(msg):
+    from . import AttncError
+    return AttncError(msg)
+
+
+def check_options(causal=False, window=None, softcap=None, scale=None, layout="bhnd"):
+    """The options as block_source takes them, or AttncError naming the
+    one that is wrong: window (left, right) as two ints (-1: no bound),
+    None for no window; causal as window (left, 0)."""
+    if layout not in _LAYOUTS:
+        raise _error(f"layout must be 'bhnd' ([B, H, N, D]) or 'bnhd' ([B, N, H, D]), not {layout!r}")
+    if window is not None:
+        if (not isinstance(window, (tuple, list)) or len(window) != 2 or
+                not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window)):
+            raise _error(f"window must be (left, right), two ints of -1 (no bound) or more, not {window!r}")
+        window = (window[0], 0 if causal else window[1])
+    elif causal:
+        window = (-1, 0)
+    if window == (-1, -1):
+        window = None
+    for name, x in (("softcap", softcap), ("scale", scale)):
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0):
+            raise _error(f"{name} must be a positive number or None, not {x!r}")
+    return window, softcap, scale
+
+
+def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, softcap=None, scale=None,
+                 alibi=None):
+    """The attention block (its name, its .attn text) of these head counts,
+    head dims, dtype ("f16" or "bf16") and options (check_options's);
+    alibi: None, "h" (slopes [H]) or "bh" (slopes [B, H]). Batch and
+    sequence lengths stay symbolic (B, NQ, NK), so one block serves every
+    shape of a model."""
+    side = {"h": ", slopes: f32[%d]" % heads, "bh": ", slopes: f32[B, %d]" % heads}.get(alibi, "")
+    lines = [f"attention attn(q: {dtype}[B, {heads}, NQ, {head_dim}], k: {dtype}[B, {kv_heads}, NK, {head_dim}], "
+             f"v: {dtype}[B, {kv_heads}, NK, {v_head_dim}]{side})",
+             f"    -> (o: {dtype}[B, {heads}, NQ, {v_head_dim}], lse: f32[B, {heads}, NQ]) {{",
+             "  acc f32;"]
+    if scale is not None:
+        lines.append(f"  scale {float(scale)!r};")
+    score = "s"
+    if softcap is not None:
+        c = repr(float(softcap))
+        score = f"{c} * tanh(s / {c})"
+    if alibi:
+        score += " - slopes[%s] * abs(i + NK - NQ - j)" % ("h" if alibi == "h" else "b, h")
+    if score != "s":
+        lines.append(f"  score(s, b, h, i, j) = {score};")
+    if window is not None:
+        left, right = window
+        keep = ([f"j >= i + NK - NQ - {left}"] if left >= 0 else []) + \
+               ([f"j <= i + NK - NQ + {right}"] if right >= 0 else [])
+        lines.append(f"  mask(b, h, i, j) = {' && '.join(keep)};")
+    lines.append("}")
+    return "attn", "\n".join(lines) + "\n"
+
+
+def target_of(device):
+    """attnc's target for a CUDA device: sm_90a on compute capability 9.0
+    (its wgmma and TMA kernels run there only), sm_80 on 8.x and later (PTX
+    the driver compiles for newer GPUs), sm_70 on 7.x."""
+    import torch
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) == (9, 0):
+        return "sm_90a"
+    if major >= 8:
+        return "sm_80"
+    if major == 7:
+        return "sm_70"
+    raise _error(f"attnc needs a GPU of compute capability 7.0 or later; {torch.cuda.get_device_name(device)} "
+                 f"is {major}.{minor}")
+
+
+def _check_tensors(q, k, v, layout, alibi_slopes):
+    import torch
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise _error(f"{name} must be a 4-dimensional tensor ({layout}), not "
+                         f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
+            raise _error(f"{name} is {t.dtype}; q, k and v must all be torch.float16 or all torch.bfloat16")
+        if not t.is_cuda or t.device != q.device:
+            raise _error(f"{name} is on {t.device}; q, k and v must be on one CUDA device")
+    if k.shape[:3] != v.shape[:3]:
+        raise _error(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree but in the head dim")
+    if q.shape[0] != k.shape[0]:
+        raise _error(f"q has batch {q.shape[0]} and k batch {k.shape[0]}")
+    H, Hk = q.shape[1], k.shape[1]   # (after the bnhd views)
+    if q.shape[3] != k.shape[3]:
+        raise _error(f"q's head dim {q.shape[3]} differs from k's {k.shape[3]}")
+    if H % Hk:
+        raise _error(f"q's {H} heads are not a multiple of k's and v's {Hk} (grouped-query attention)")
+    if alibi_slopes is None:
+        return None
+    if (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32 or
+            tuple(alibi_slopes.shape) not in ((H,), (q.shape[0], H)) or alibi_slopes.device != q.device):
+        raise _error(f"alibi_slopes must be a torch.float32 tensor of shape ({H},) or ({q.shape[0]}, {H}) on "
+                     f"{q.device}, not {getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)} "
+                     f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
+    return "h" if alibi_slopes.dim() == 1 else "bh"
+
+
+def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, alibi_slopes=None,
+              layout="bhnd", return_lse=False):
+    """Attention of q over k and v: o (and lse, f32 [B, H, Nq], with
+    return_lse). layout "bhnd": q [B, H, Nq, D], k and v [B, Hkv, Nk, D] /
+    [.., Dv], as F.scaled_dot_product_attention; "bnhd": [B, N, H, D], as
+    flash_attn_func, o then [B, Nq, H, Dv]. Strided views are read in
+    place. See the module's text for the options."""
+    import torch
+    from . import compile_text
+    window, softcap, scale = check_options(causal, window, softcap, scale, layout)
+    if layout == "bnhd":
+        q, k, v = (t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in (q, k, v))
+    alibi = _check_tensors(q, k, v, layout, alibi_slopes)
+    dtype = "f16" if q.dtype == torch.float16 else "bf16"
+    name, text = block_source(q.shape[1], k.shape[1], q.shape[3], v.shape[3], dtype, window, softcap, scale, alibi)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    arch = target_of(q.device)
+    entry = _modules.get((text, arch, grad))
+    if entry is None:
+        mod = compile_text(text, arch=arch, backward=grad)
+        entry = _modules[(text, arch, grad)] = (mod, mod.autograd(name) if grad else None)
+    mod, fn = entry
+    side = [alibi_slopes] if alibi_slopes is not None else []
+    if fn is not None:
+        o, lse = fn.op(q, k, v, side)
+    else:   # o in q's memory layout, as the differentiable op makes it: bnhd's o is then dense
+        o = torch.empty_like(q) if q.shape[3] == v.shape[3] else q.new_empty(q.shape[:3] + v.shape[3:])
+        lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+        mod.run(name, q, k, v, *side, out=[o, lse])
+    if layout == "bnhd":
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,119 @@
+"""attnc.attention's blocks, checked without a GPU: for each set of options
+the block that attnc.functional.block_source writes runs on attnc's CPU
+interpreter (`attnc run --dump`), and its o and lse are compared with
+attention computed here in float64 from the same inputs, with
+FlashAttention's meaning of each option (bottom-right causal and windows,
+softcap on the scaled scores, ALiBi −slope·|i + Nk − Nq − j| after it,
+grouped-query heads). Then check_options' errors.
+
+    python3 functional.py ATTNC SCRATCH
+"""
+import ast
+import math
+import os
+import struct
+import subprocess
+import sys
+
+from attnc import AttncError
+from attnc.functional import block_source, check_options
+
+
+def read_npy(path):
+    """(shape, flat list of floats) of a little-endian f2/f4 .npy file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    hlen = struct.unpack("<H", data[8:10])[0]
+    header = ast.literal_eval(data[10:10 + hlen].decode())
+    code = {"<f2": "e", "<f4": "f"}[header["descr"]]
+    n = math.prod(header["shape"])
+    return header["shape"], list(struct.unpack(f"<{n}{code}", data[10 + hlen:10 + hlen + n * struct.calcsize(code)]))
+
+
+def reference(q, k, v, slopes, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, alibi):
+    """o [B, H, NQ, DV] and lse [B, H, NQ] in float64 (flat lists)."""
+    scale = scale if scale is not None else 1 / math.sqrt(D)
+    o, lse = [0.0] * (B * H * NQ * DV), [0.0] * (B * H * NQ)
+    for b in range(B):
+        for h in range(H):
+            kh = h // (H // Hk)
+            for i in range(NQ):
+                qi = q[((b * H + h) * NQ + i) * D:][:D]
+                scores = []
+                for j in range(NK):
+                    shift = i + NK - NQ
+                    if window and ((window[0] >= 0 and j < shift - window[0]) or
+                                   (window[1] >= 0 and j > shift + window[1])):
+                        continue
+                    kj = k[((b * Hk + kh) * NK + j) * D:][:D]
+                    s = scale * sum(x * y for x, y in zip(qi, kj))
+                    if softcap:
+                        s = softcap * math.tanh(s / softcap)
+                    if alibi:
+                        slope = slopes[h] if alibi == "h" else slopes[b * H + h]
+                        s -= slope * abs(shift - j)
+                    scores.append((j, s))
+                row = (b * H + h) * NQ + i
+                if not scores:
+                    lse[row] = -math.inf
+                    continue
+                m = max(s for _, s in scores)
+                total = sum(math.exp(s - m) for _, s in scores)
+                lse[row] = m + math.log(total)
+                for j, s in scores:
+                    p = math.exp(s - m) / total
+                    vj = v[((b * Hk + kh) * NK + j) * DV:][:DV]
+                    for c in range(DV):
+                        o[row * DV + c] += p * vj[c]
+    return o, lse
+
+
+CASES = [
+    # H, Hk, D, DV, NQ, NK, options
+    (2, 2, 16, 16, 9, 9, {}),
+    (4, 2, 16, 32, 7, 13, {"causal": True}),                         # GQA, bottom-right, Dv != D
+    (2, 1, 16, 16, 13, 6, {"causal": True}),                         # Nq > Nk: the first rows see nothing
+    (2, 2, 32, 32, 11, 11, {"window": (3, 2)}),
+    (2, 2, 16, 16, 10, 12, {"causal": True, "window": (4, 7)}),       # causal keeps right at 0
+    (2, 2, 16, 16, 8, 8, {"window": (-1, 1)}),
+    (2, 2, 16, 16, 9, 9, {"softcap": 2.5, "scale": 0.5}),
+    (4, 4, 16, 16, 6, 10, {"alibi": "h", "causal": True}),
+    (2, 1, 16, 16, 5, 7, {"alibi": "bh", "softcap": 5.0, "window": (2, -1)}),
+]
+
+
+def main():
+    attnc, scratch = sys.argv[1], sys.argv[2]
+    B = 2
+    for n, (H, Hk, D, DV, NQ, NK, opts) in enumerate(CASES):
+        alibi = opts.pop("alibi", None)
+        window, softcap, scale = check_options(**opts)
+        name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi)
+        src, dump = os.path.join(scratch, f"case{n}.attn"), os.path.join(scratch, f"case{n}")
+        os.makedirs(dump, exist_ok=True)
+        with open(src, "w") as f:
+            f.write(text)
+        subprocess.run([attnc, "run", src, "-D", f"B={B}", "-D", f"NQ={NQ}", "-D", f"NK={NK}", "--dump", dump],
+                       check=True, capture_output=True)
+        got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
+               for t in ("in.q", "in.k", "in.v", "out.o", "out.lse")}
+        slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
+        o, lse = reference(got["in.q"], got["in.k"], got["in.v"], slopes, B, H, Hk, NQ, NK, D, DV, window,
+                           softcap, scale, alibi)
+        err_o = max(abs(a - b) / (1e-2 + abs(b)) for a, b in zip(got["out.o"], o))
+        err_l = max(0.0 if a == b else abs(a - b) for a, b in zip(got["out.lse"], lse))
+        empty = sum(1 for x in lse if x == -math.inf)
+        ok = err_o < 2e-2 and err_l < 1e-3
+        print(f"{'ok  ' if ok else 'FAIL'} case {n} {opts}{' alibi ' + alibi if alibi else ''}: "
+              f"o {err_o:.1e}, lse {err_l:.1e}, rows seeing no key {empty}")
+    for bad in ({"layout": "nhd"}, {"window": (3,)}, {"window": (-2, 0)}, {"window": (1.5, 0)},
+                {"softcap": -1.0}, {"scale": float("nan")}, {"softcap": True}):
+        try:
+            check_options(**bad)
+            print(f"accepted {bad}")
+        except AttncError as e:
+            print(f"refused {bad}: {e}")
+
+
+if __name__ == "__main__":
+    main()
