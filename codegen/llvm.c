@@ -1,6 +1,7 @@
 /* llvm.c — LLVM plumbing for the lowering: types, intrinsics, shuffles,
  * branches (lower.h). */
 #include "codegen/lower.h"
+#include "target/schedule.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -184,5 +185,9 @@ LLVMValueRef pack2(Cg *cg, LLVMValueRef x, LLVMValueRef y) {
     LLVMValueRef v = LLVMGetUndef(LLVMVectorType(LLVMTypeOf(x), 2));
     v = LLVMBuildInsertElement(cg->b, v, x, ci32(cg, 0), "");
     return LLVMBuildInsertElement(cg->b, v, y, ci32(cg, 1), "");
+}
+
+LLVMValueRef pack_b32(Cg *cg, LLVMValueRef x, LLVMValueRef y) {
+    return LLVMBuildBitCast(cg->b, pack2(cg, x, y), cg->i32, "");
 }
 

@@ -82,10 +82,8 @@ static void store_stmatrix(Cg *cg, const Dist *d, const View *w) {
     for (int a = 0; a < cg->mrep; a++)
         for (int b = 0; b < nrep_of(cg, d->cols); b++) {
             LLVMValueRef args[5];
-            for (int j = 0; j < 4; j++) {
-                LLVMValueRef two = pack2(cg, dist_get(cg, d, (Pos){a, b, 2 * j}), dist_get(cg, d, (Pos){a, b, 2 * j + 1}));
-                args[1 + j] = LLVMBuildBitCast(cg->b, two, cg->i32, "");
-            }
+            for (int j = 0; j < 4; j++)
+                args[1 + j] = pack_b32(cg, dist_get(cg, d, (Pos){a, b, 2 * j}), dist_get(cg, d, (Pos){a, b, 2 * j + 1}));
             LLVMValueRef row = add(cg, warp_row_base(cg, a), row_in);
             LLVMValueRef col = add(cg, add(cg, ci64(cg, 16 * b), col_in), warp_col_base(cg, d->cols));
             LLVMValueRef at = gep(cg, d->elem, w->base, smem_offset(cg, row, col, w->stride, w->panel_rows, w->swizzle));
@@ -112,8 +110,9 @@ static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
     cg->owner = NULL;
     cg_barrier(cg);
     ThreadIds ids = thread_ids_here(cg);
-    bool acc16 = cg->lay == LAY_ACC && esize(d->elem) == 2 && d->rows > 1 && d->cols > 1;
-    if (acc16 && cg->target->stmatrix)
+    /* a whole 16-bit tile in the accumulator layout */
+    bool whole16 = cg->lay == LAY_ACC && esize(d->elem) == 2 && d->rows > 1 && d->cols > 1;
+    if (whole16 && cg->target->stmatrix)
         store_stmatrix(cg, d, w);
     else {
         Pos *ps;
@@ -124,9 +123,8 @@ static View *registers_to_view(Cg *cg, const Op *op, const Dist *d) {
             coords(cg, ps[k], d->rows, d->cols, &row, &col);
             LLVMValueRef at = gep(cg, d->elem, w->base, smem_offset(cg, row, col, w->stride, w->panel_rows, swizzle));
             LLVMBasicBlockRef join = if_begin(cg, own);
-            if (acc16 && cg->target->pair_stores && pos_pair(ps, k, n)) {   /* adjacent: one 32-bit store */
-                LLVMValueRef two = pack2(cg, dist_get(cg, d, ps[k]), dist_get(cg, d, ps[k + 1]));
-                store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, two, cg->i32, ""), at);
+            if (whole16 && cg->target->pair_stores && pos_pair(ps, k, n)) {   /* adjacent: one 32-bit store */
+                store_elem(cg, SK_I32, pack_b32(cg, dist_get(cg, d, ps[k]), dist_get(cg, d, ps[k + 1])), at);
                 k++;
             } else
                 store_elem(cg, d->elem, dist_get(cg, d, ps[k]), at);

@@ -42,7 +42,6 @@
 #define ATTNC_LOWER_H
 
 #include "codegen/cg.h"
-#include "target/schedule.h"
 #include "target/target.h"
 
 /* C11 has no PI & co. */
@@ -364,6 +363,7 @@ void store_elem(Cg *cg, ScalarKind k, LLVMValueRef v, LLVMValueRef ptr);
 LLVMBasicBlockRef if_begin(Cg *cg, LLVMValueRef cond);
 void if_end(Cg *cg, LLVMBasicBlockRef join);
 LLVMValueRef pack2(Cg *cg, LLVMValueRef x, LLVMValueRef y);   /* two 16-bit values as a 2-vector */
+LLVMValueRef pack_b32(Cg *cg, LLVMValueRef x, LLVMValueRef y);   /* ... and as one b32 register */
 
 /* ---- scalar.c ------------------------------------------------------------------ */
 

@@ -216,7 +216,7 @@ static void store_pair(Cg *cg, const Op *op, Mem *m, Dist *d, Pos p, Pos q, int6
     LLVMValueRef a0 = gep(cg, m->elem, m->ptr, off0), a1 = gep(cg, m->elem, m->ptr, off1);
     LLVMValueRef both = LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, in0, in1, ""), own, "");
     LLVMValueRef fast = LLVMBuildAnd(cg->b, both, pair_aligned(cg, off0), "");
-    LLVMValueRef word = LLVMBuildBitCast(cg->b, pack2(cg, v0, v1), cg->i32, "");
+    LLVMValueRef word = pack_b32(cg, v0, v1);
     if (m->shared) {
         LLVMBasicBlockRef join = if_begin(cg, fast);
         store_elem(cg, SK_I32, word, a0);

@@ -197,11 +197,6 @@ static void preload_a(Cg *cg, View *w, ScalarKind k) {
             frag_a(cg, &lane, a, ks, &w->frags[(a * nks + ks) * 4]);
 }
 
-/* Two 16-bit values as one b32 register. */
-static LLVMValueRef pack_b32(Cg *cg, LLVMValueRef x, LLVMValueRef y) {
-    return LLVMBuildBitCast(cg->b, pack2(cg, x, y), cg->i32, "");
-}
-
 /* Two f32 values rounded to one b32 of f16 or bf16 (lo, hi): one
  * cvt.rn.{f16,bf16}x2.f32, whose first source is the upper half. */
 static LLVMValueRef round_pack_b32(Cg *cg, LLVMValueRef lo, LLVMValueRef hi, ScalarKind k) {

@@ -350,7 +350,7 @@ static void write_slab(Cg *cg, Dist *d, ScalarKind elem, LLVMValueRef own_base, 
         bool pair = !s->trans && pos_pair(ps, k, n);
         if (pair && esize(elem) == 2) {
             LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, elem);
-            store_elem(cg, SK_I32, LLVMBuildBitCast(cg->b, pack2(cg, v, v1), cg->i32, ""), at);
+            store_elem(cg, SK_I32, pack_b32(cg, v, v1), at);
             k++;
         } else if (pair && esize(elem) == 4) {
             LLVMValueRef v1 = cg_cast(cg, dist_get(cg, d, ps[k + 1]), d->elem, elem);

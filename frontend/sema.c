@@ -76,7 +76,7 @@ bool sema_can_emit(Sema *s, Loc loc) {
 
 Op *sema_emit_op(Sema *s, Loc loc, OpKind kind, int n, Value **operands, Type *result) {
     Op *op = op_create(s->a, kind, n, operands, result ? 1 : 0, &result, 0);
-    op->loc = (SrcLoc){s->src->name, loc.line + s->src->line_offset, loc.col};
+    op->loc = sema_srcloc(s, loc);
     block_append(s->insert, op);
     return op;
 }

@@ -74,6 +74,11 @@ const char *sema_type_text(Sema *s, const Type *t);
 const char *sema_dim_text(Sema *s, Dim d);
 const char *sema_val_text(Sema *s, Val v);
 bool sema_can_emit(Sema *s, Loc loc);   /* false (reported) in a constant context */
+/* A position in the file being compiled, as ops and attributes carry it
+ * (lines counted from the file's start when it is one chunk of several). */
+static inline SrcLoc sema_srcloc(const Sema *s, Loc loc) {
+    return (SrcLoc){s->src->name, loc.line + s->src->line_offset, loc.col};
+}
 Op *sema_emit_op(Sema *s, Loc loc, OpKind kind, int n, Value **operands, Type *result);
 Value *sema_emit(Sema *s, Loc loc, OpKind kind, Type *result, Value *x, Value *y);
 Value *sema_emit_constant(Sema *s, Loc loc, Val c, ScalarKind k);

@@ -130,7 +130,7 @@ void sema_begin_block(Sema *s) {
 
 Op *sema_new_func(Sema *s, const Item *it, const char *kind) {
     Op *f = op_create(s->a, OP_FUNC, 0, NULL, 0, NULL, 1);
-    f->loc = (SrcLoc){s->src->name, it->loc.line + s->src->line_offset, it->loc.col};
+    f->loc = sema_srcloc(s, it->loc);
     region_add_block(s->a, &f->regions[0]);
     op_set_attr(s->a, f, "sym_name", attr_str(s->a, it->name));
     op_set_attr(s->a, f, "kind", attr_str(s->a, kind));
@@ -146,7 +146,7 @@ Op *sema_new_func(Sema *s, const Item *it, const char *kind) {
 
 static void emit_return(Sema *s, const Item *it, Value **values, int n) {
     Op *ret = op_create(s->a, OP_RETURN, n, values, 0, NULL, 0);
-    ret->loc = (SrcLoc){s->src->name, it->loc.line + s->src->line_offset, it->loc.col};
+    ret->loc = sema_srcloc(s, it->loc);
     block_append(s->insert, ret);
 }
 
@@ -468,8 +468,7 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
         Value *ops[1] = {scores};
         Type *rt = scores_t;
         hooks[h] = op_create(s->a, h ? OP_MASK : OP_SCORE_MOD, 1, ops, 1, &rt, 1);
-        hooks[h]->loc = (SrcLoc){s->src->name, hook_stmts[h]->loc.line + s->src->line_offset,
-                                 hook_stmts[h]->loc.col};
+        hooks[h]->loc = sema_srcloc(s, hook_stmts[h]->loc);
         ok &= lower_hook(s, hook_stmts[h], hooks[h], h ? HOOK_MASK : HOOK_SCORE);
         block_append(body, hooks[h]);
         scores = hooks[h]->results[0];

@@ -19,12 +19,6 @@ static int64_t block_head_dim(const Op *func) {
     return q->dims[q->rank - 1].size;
 }
 
-/* A position in the file being compiled, as ops carry it (its lines
- * counted from the file's start when it is one chunk of several). */
-static SrcLoc source_loc(const Sema *s, Loc loc) {
-    return (SrcLoc){s->src->name, loc.line + s->src->line_offset, loc.col};
-}
-
 void sema_lower_schedule(Sema *s, const Item *it) {
     Op *func = map_get(&s->blocks, it->name);
     const Item *block = map_get(&s->items, it->name);
@@ -116,11 +110,11 @@ void sema_lower_schedule(Sema *s, const Item *it) {
         }
         if (ok) {
             Attr *v = want == 0 ? attr_bool(s->a, true) : want == 1 ? vals[0] : attr_array(s->a, want, vals);
-            v->loc = source_loc(s, dr->loc);
+            v->loc = sema_srcloc(s, dr->loc);
             attrs_set(s->a, &sched->entries, &sched->n, dr->name, v);
         }
     }
-    sched->loc = source_loc(s, it->loc);   /* for the notes on what it caused (schedule_note) */
+    sched->loc = sema_srcloc(s, it->loc);   /* for the notes on what it caused (schedule_note) */
     attrs_set(s->a, &all->entries, &all->n, it->target, sched);
     op_set_attr(s->a, func, "schedule", all);
 }

@@ -36,8 +36,7 @@ typedef void (*Report)(Diag *, const Source *, Loc, const char *, ...);
 
 /* A message at a source position: where IR text was parsed from (text_loc,
  * in text), else the .attn location (at). */
-static void report_at(Diag *d, const Source *text, SrcLoc at, Loc text_loc, Report report, bool warning,
-                      const char *msg) {
+static void report_at(Diag *d, const Source *text, SrcLoc at, Loc text_loc, Report report, const char *msg) {
     if (!text && !text_loc.line && at.file && d->source.name && strcmp(d->source.name, at.file) == 0)
         text = &d->source;   /* the .attn file being compiled */
     if (text && text_loc.line) {
@@ -50,7 +49,7 @@ static void report_at(Diag *d, const Source *text, SrcLoc at, Loc text_loc, Repo
         int line = at.line - s.line_offset;
         Loc l = {line, at.col, line, at.col};
         report(d, &s, l, "%s", msg);
-    } else if (warning) {
+    } else if (report == diag_warning) {
         diag_warning(d, NULL, (Loc){0}, "%s", msg);
     } else {
         diag_plain(d, "%s", msg);
@@ -58,12 +57,12 @@ static void report_at(Diag *d, const Source *text, SrcLoc at, Loc text_loc, Repo
 }
 
 static void op_report(Diag *d, const Source *text, const Op *op, bool warning, const char *msg) {
-    report_at(d, text, op->loc, op->text_loc, warning ? diag_warning : diag_error, warning, msg);
+    report_at(d, text, op->loc, op->text_loc, warning ? diag_warning : diag_error, msg);
 }
 
 void srcloc_note(Diag *d, SrcLoc at, const char *msg) {
     if (at.file)
-        report_at(d, NULL, at, (Loc){0}, diag_note, false, msg);
+        report_at(d, NULL, at, (Loc){0}, diag_note, msg);
 }
 
 void op_diag(Diag *d, const Source *text, const Op *op, const char *msg) { op_report(d, text, op, false, msg); }

@@ -76,6 +76,7 @@
 #include <string.h>
 
 #include "passes/nv_layout.h"
+#include "target/schedule.h"
 
 bool is_16bit(ScalarKind k) { return k == SK_F16 || k == SK_BF16; }
 

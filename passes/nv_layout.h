@@ -6,7 +6,6 @@
 
 #include "ir/builder.h"
 #include "passes/passes.h"
-#include "target/schedule.h"
 #include "target/target.h"
 
 typedef struct LayoutTarget LayoutTarget;

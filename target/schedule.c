@@ -2,7 +2,7 @@
 #include "target/schedule.h"
 
 #include <stdio.h>
-#include <stdlib.h>
+#include <stdlib.h>   /* qsort */
 #include <string.h>
 
 const ScheduleInfo schedule_info[SCHED__COUNT] = {
@@ -50,12 +50,10 @@ void schedule_note(Diag *d, const Op *op, const char *arch) {
     const Op *func = enclosing_func(op);
     Attr *all = func ? op_attr(func, "schedule") : NULL;
     Attr *s = all && arch ? attrs_get(all->entries, all->n, arch) : NULL;
-    if (!s || !s->loc.file || !s->n)
+    if (!s || !s->loc.file || !s->n || s->n > SCHED__COUNT)   /* (sema's: each directive at most once) */
         return;
     /* its directives as written, in source order */
-    const NamedAttr **order = malloc((size_t)s->n * sizeof *order);
-    if (!order)
-        return;
+    const NamedAttr *order[SCHED__COUNT];
     for (int i = 0; i < s->n; i++)
         order[i] = &s->entries[i];
     qsort(order, (size_t)s->n, sizeof *order, by_position);
@@ -70,7 +68,6 @@ void schedule_note(Diag *d, const Op *op, const char *arch) {
             len += (size_t)snprintf(text + len, sizeof text - len, "%s%lld%s", j ? ", " : "(",
                                     (long long)v->elems[j]->i, j + 1 == v->n ? ")" : "");
     }
-    free(order);
     srcloc_note(d, s->loc, text);
 }
 
