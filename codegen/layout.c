@@ -7,10 +7,19 @@
 /* ---- layouts ------------------------------------------------------------------ */
 
 int nrep_of(Cg *cg, int64_t cols) { return (int)(cols / 16 / cg->wcols); }
-/* BLOCKED: column slots per thread; the last may run past the row (col >=
- * cols), where loads read the pad, stores fall outside the memref, and
- * reductions take their identity. */
-int64_t cslots(Cg *cg, int64_t cols) { return (cols + cg->threads - 1) / cg->threads; }
+/* BLOCKED: a row's threads (row_threads of them) each hold row_vec
+ * adjacent columns a slot, the block's row groups (threads / row_threads)
+ * take the rows in turn. By default one group of every thread, one column
+ * a slot: each thread holds a column of every row (wide rows, few of them).
+ * Column slots per thread: the last may run past the row (col >= cols),
+ * where loads read the pad, stores fall outside the memref, and reductions
+ * take their identity. */
+int64_t cslots(Cg *cg, int64_t cols) {
+    int64_t span = (int64_t)cg->row_threads * cg->row_vec;
+    return (cols + span - 1) / span;
+}
+/* BLOCKED: row slots per thread */
+static int64_t rslots(Cg *cg, int64_t rows) { return rows / (cg->threads / cg->row_threads); }
 
 /* Accumulator element i: which bits of i pick the row / the column. */
 static int row_bits(Cg *cg) { return cg->acc.row_bits; }
@@ -42,8 +51,8 @@ static int slot_of(Cg *cg, const Dist *d, Pos p) {
     if (perrow)
         return p.a;
     if (percol)
-        return p.b;
-    return (int)(p.a * cslots(cg, d->cols) + p.b);
+        return p.b * cg->row_vec + p.i;
+    return (int)((p.a * cslots(cg, d->cols) + p.b) * cg->row_vec + p.i);
 }
 
 Dist *dist_new(Cg *cg, ScalarKind elem, int64_t rows, int64_t cols) {
@@ -54,7 +63,7 @@ Dist *dist_new(Cg *cg, ScalarKind elem, int64_t rows, int64_t cols) {
     if (cg->lay == LAY_ACC)
         d->n = (rows == 1 ? 1 : cg->mrep) * (cols == 1 ? 1 : nrep_of(cg, cols)) * 8;
     else
-        d->n = (int)((rows == 1 ? 1 : rows) * (cols == 1 ? 1 : cslots(cg, cols)));
+        d->n = (int)((rows == 1 ? 1 : rslots(cg, rows)) * (cols == 1 ? 1 : cslots(cg, cols) * cg->row_vec));
     d->v = NEW_ARRAY(cg->a, LLVMValueRef, d->n);
     return d;
 }
@@ -63,9 +72,9 @@ Dist *dist_new(Cg *cg, ScalarKind elem, int64_t rows, int64_t cols) {
  * *out (allocated in the arena). */
 int positions(Cg *cg, int64_t rows, int64_t cols, Pos **out) {
     bool perrow = cols == 1, percol = rows == 1;
-    int na = cg->lay == LAY_ACC ? (percol ? 1 : cg->mrep) : (int)(percol ? 1 : rows);
+    int na = cg->lay == LAY_ACC ? (percol ? 1 : cg->mrep) : (int)(percol ? 1 : rslots(cg, rows));
     int nb = cg->lay == LAY_ACC ? (perrow ? 1 : nrep_of(cg, cols)) : (int)(perrow ? 1 : cslots(cg, cols));
-    int ni = cg->lay == LAY_ACC ? 8 : 1;
+    int ni = cg->lay == LAY_ACC ? 8 : perrow ? 1 : cg->row_vec;
     Pos *ps = *out = NEW_ARRAY(cg->a, Pos, (size_t)na * nb * ni + 1);
     int n = 0;
     for (int a = 0; a < na; a++)
@@ -86,9 +95,15 @@ void dist_set(Cg *cg, Dist *d, Pos p, LLVMValueRef v) { d->v[slot_of(cg, d, p)] 
 
 /* The (row, col) of position p in a tile of the given shape, as i64. */
 void coords(Cg *cg, Pos p, int64_t rows, int64_t cols, LLVMValueRef *row, LLVMValueRef *col) {
-    if (cg->lay == LAY_BLOCKED) {
-        *row = ci64(cg, rows == 1 ? 0 : p.a);
-        *col = cols == 1 ? ci64(cg, 0) : add(cg, ci64(cg, (int64_t)p.b * cg->threads), zext64(cg, cg->tid));
+    if (cg->lay == LAY_BLOCKED) {   /* row a·groups + tid / row_threads, column (b·row_threads + tid % row_threads)·vec + i */
+        int64_t groups = cg->threads / cg->row_threads;
+        LLVMValueRef tid = zext64(cg, cg->tid);
+        LLVMValueRef group = groups == 1 ? ci64(cg, 0) : LLVMBuildUDiv(cg->b, tid, ci64(cg, cg->row_threads), "");
+        LLVMValueRef in_group = groups == 1 ? tid : LLVMBuildURem(cg->b, tid, ci64(cg, cg->row_threads), "");
+        *row = rows == 1 ? ci64(cg, 0) : add(cg, ci64(cg, (int64_t)p.a * groups), group);
+        *col = cols == 1 ? ci64(cg, 0)
+                         : add(cg, mul(cg, add(cg, ci64(cg, (int64_t)p.b * cg->row_threads), in_group),
+                                       ci64(cg, cg->row_vec)), ci64(cg, p.i));
         return;
     }
     cg->target->acc_coords(cg, p, rows, cols, row, col);
@@ -113,9 +128,13 @@ LLVMValueRef tile_owner(Cg *cg, int64_t rows, int64_t cols) {
         return yes;
     LLVMValueRef c = yes;
     LLVMValueRef zero32 = ci32(cg, 0);
-    if (cg->lay == LAY_BLOCKED) {
+    if (cg->lay == LAY_BLOCKED) {   /* a row's first thread; a column's thread in the first row group */
+        bool one_group = cg->row_threads == cg->threads;
+        LLVMValueRef in_group = one_group ? cg->tid : LLVMBuildURem(cg->b, cg->tid, ci32(cg, cg->row_threads), "");
         if (perrow)
-            c = LLVMBuildICmp(cg->b, LLVMIntEQ, cg->tid, zero32, "");
+            c = LLVMBuildICmp(cg->b, LLVMIntEQ, in_group, zero32, "");
+        if (percol && !one_group)
+            c = LLVMBuildAnd(cg->b, c, LLVMBuildICmp(cg->b, LLVMIntULT, cg->tid, ci32(cg, cg->row_threads), ""), "");
         return c;
     }
     int mask = 0;

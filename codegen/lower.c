@@ -490,6 +490,14 @@ static bool read_layout(Cg *cg, const Op *launch) {
         return cg_err(cg, launch, "internal error: nv.warps, nv.warp_cols and nv.row_blocks do not tile the rows "
                                   "(a grid of warps needs the accumulator layout, on sm_80)", NULL);
     cg->threads = 32 * cg->nwarps;   /* the threads that compute (the consumers) */
+    Attr *rt = op_attr(launch, "nv.row_threads"), *rv = op_attr(launch, "nv.row_vector");
+    cg->row_threads = rt ? (int)rt->i : cg->threads;
+    cg->row_vec = rv ? (int)rv->i : 1;
+    if (cg->lay == LAY_BLOCKED &&
+        (cg->row_vec < 1 || cg->row_threads < 1 || (cg->row_threads & (cg->row_threads - 1)) ||
+         (cg->row_threads != cg->threads && (cg->row_threads > 32 || cg->R % (cg->threads / cg->row_threads)))))
+        return cg_err(cg, launch, "internal error: nv.row_threads does not divide the threads into row groups "
+                                  "of a warp or less that tile the rows", NULL);
     Attr *overlap = op_attr(launch, "nv.overlap");
     cg->hopper.lazy_dots = overlap && overlap->i;
     Attr *remat = op_attr(launch, "nv.rematerialise");

@@ -295,6 +295,10 @@ struct Cg {
     AccLayout acc;
     int nwarps, threads, mrep;
     int wcols;           /* warps across the columns (the grid above) */
+    /* BLOCKED: a row's threads (consecutive, a power of two: all of them,
+     * or a group within a warp) and the adjacent columns each holds a slot
+     * (nv.row_threads, nv.row_vector; by default every thread, 1) */
+    int row_threads, row_vec;
     int64_t R;
     LLVMValueRef tid, lane, warp;
     LLVMValueRef warp_row, warp_col;   /* warp / wcols, warp % wcols */

@@ -67,6 +67,14 @@ static bool stores_pairs(const Cg *cg, const Op *op, const Mem *m) {
     return cg->target->pair_stores && cg->lay == LAY_ACC && esize(m->elem) == 2 && columns_contiguous(op, m);
 }
 
+/* Whether a tile.store is a whole tile in the blocked layout with slots of
+ * adjacent columns along a global memref's contiguous dim (emit_store
+ * stores each slot as words where it can). */
+static bool stores_runs(const Cg *cg, const Op *op, const Mem *m, int64_t rows, int64_t cols) {
+    return cg->lay == LAY_BLOCKED && cg->row_vec > 1 && rows > 1 && cols > 1 && !m->shared && m->elem != SK_I1 &&
+           columns_contiguous(op, m);
+}
+
 /* Every memref starts 16-byte aligned (libattnrt's checks, smem_alloc): a
  * pair of 16-bit elements is 4-byte aligned when its element offset is even,
  * which LLVM can often prove from the offset's known bits. */
@@ -74,58 +82,97 @@ static LLVMValueRef pair_aligned(Cg *cg, LLVMValueRef off0) {
     return LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, off0, ci64(cg, 1), ""), ci64(cg, 0), "");
 }
 
-/* Whether a tile.load is a row vector ([1, C]) in the accumulator layout
- * along a global memref's contiguous dim, read by pairs (load_row_pairs):
- * lse and D across the backward's query columns. */
-static bool loads_row_pairs(const Cg *cg, const Op *op, const Mem *m, int64_t rows, int64_t cols) {
-    return cg->target->pair_stores && cg->lay == LAY_ACC && rows == 1 && cols > 1 && !m->shared &&
-           m->elem != SK_I1 && columns_contiguous(op, m);
+/* The adjacent columns a thread's tile.load may read as one vector (a
+ * run; load_runs), or 0: a row vector ([1, C]) in the accumulator layout,
+ * whose elements come in pairs (pos_pair: lse and D across the backward's
+ * query columns), and the blocked layout's row_vec columns a slot (the
+ * backward's row kernels), along a global memref's contiguous dim. */
+static int load_run(const Cg *cg, const Op *op, const Mem *m, int64_t rows, int64_t cols) {
+    if (m->shared || m->elem == SK_I1 || cols == 1 || !columns_contiguous(op, m))
+        return 0;
+    if (cg->lay == LAY_ACC)
+        return cg->target->pair_stores && rows == 1 ? 2 : 0;
+    return cg->row_vec > 1 ? cg->row_vec : 0;
 }
 
-/* A row vector's elements: each thread holds pairs of adjacent columns
- * (pos_pair) at one base plus constants. Where the block's whole row lies
- * inside the memref and starts at an even element (every memref is
- * 16-byte aligned, so each pair is then aligned for one vector load), a
- * pair is one load at [base + constant]; else (the ragged last tile, an
- * odd row start) each element is guarded on its own. The guards' clamped
- * addresses cost about eight integer instructions an element: 28 % of the
- * sm_90a backward's issue slots at head dim 64 with 128 query columns
- * (ncu, H100). The branch is uniform across the block. */
-static void load_row_pairs(Cg *cg, const Op *op, Mem *m, Dist *d, const Pos *ps, int n, int64_t cols,
-                           LLVMValueRef fill) {
+/* Whether positions k .. k + run − 1 are one slot's adjacent columns. */
+static bool run_at(const Pos *ps, int k, int n, int run) {
+    if (ps[k].i % run || k + run > n)
+        return false;
+    for (int j = 1; j < run; j++)
+        if (ps[k + j].a != ps[k].a || ps[k + j].b != ps[k].b || ps[k + j].i != ps[k].i + j)
+            return false;
+    return true;
+}
+
+/* A tile whose threads hold runs of adjacent columns (load_run), at one
+ * base plus constants. Where the whole tile lies inside the memref, starts
+ * at a multiple of the run and (2-D) its rows are a multiple apart (every
+ * memref is 16-byte aligned, so each run is then aligned for vector loads of
+ * up to 16 bytes), a run is one vector load at [base + constant]; else (the
+ * ragged last tile, an odd start) each element is guarded on its own. The
+ * guards' clamped addresses cost about eight integer instructions an
+ * element: 28 % of the sm_90a backward's issue slots at head dim 64 with
+ * 128 query columns (ncu, H100). The branch is uniform across the block. */
+/* Whether the tile of an op (its indices from operand `first`) lies
+ * inside m, starts at a multiple of run elements and (2-D) its rows are a
+ * multiple apart: uniform across the block. */
+static LLVMValueRef whole_and_aligned(Cg *cg, const Op *op, const Mem *m, int first, int64_t rows, int64_t cols,
+                                      int run) {
     LLVMValueRef co[8], first_in, last_in;
-    mem_coords(cg, op, m, 1, ci64(cg, 0), ci64(cg, 0), co);
+    mem_coords(cg, op, m, first, ci64(cg, 0), ci64(cg, 0), co);
     LLVMValueRef start = mem_offset(cg, m, co, &first_in);
-    mem_coords(cg, op, m, 1, ci64(cg, 0), ci64(cg, cols - 1), co);
+    mem_coords(cg, op, m, first, ci64(cg, rows - 1), ci64(cg, cols - 1), co);
     mem_offset(cg, m, co, &last_in);
-    LLVMValueRef even = LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, start, ci64(cg, 1), ""), ci64(cg, 0), "");
-    LLVMValueRef fast = LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, first_in, last_in, ""), even, "");
-    LLVMBasicBlockRef whole = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "row_whole");
-    LLVMBasicBlockRef ragged = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "row_ragged");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "row_join");
+    LLVMValueRef aligned = start;
+    if (rows > 1)   /* and each row's start: the rows' stride */
+        aligned = LLVMBuildOr(cg->b, aligned, m->strides[op_attr(op, "dims")->elems[0]->i], "");
+    aligned = LLVMBuildICmp(cg->b, LLVMIntEQ, LLVMBuildAnd(cg->b, aligned, ci64(cg, run - 1), ""), ci64(cg, 0), "");
+    return LLVMBuildAnd(cg->b, LLVMBuildAnd(cg->b, first_in, last_in, ""), aligned, "");
+}
+
+/* A run's elements as 32-bit words, at most 16 bytes a vector (what
+ * ld/st.global.v4.b32 take): the elements a vector holds, and its type. */
+static int run_chunk(Cg *cg, ScalarKind k, int run, LLVMTypeRef *words) {
+    int chunk = run * esize(k) < 16 ? run : 16 / esize(k);
+    *words = chunk * esize(k) >= 4 ? LLVMVectorType(cg->i32, (unsigned)(chunk * esize(k) / 4))
+                                   : LLVMVectorType(lty(cg, k), (unsigned)chunk);
+    return chunk;
+}
+
+static void load_runs(Cg *cg, const Op *op, Mem *m, Dist *d, const Pos *ps, int n, int64_t rows, int64_t cols,
+                      int run, LLVMValueRef fill) {
+    LLVMValueRef fast = whole_and_aligned(cg, op, m, 1, rows, cols, run);
+    LLVMBasicBlockRef whole = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_whole");
+    LLVMBasicBlockRef ragged = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_ragged");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "tile_join");
     LLVMBuildCondBr(cg->b, fast, whole, ragged);
 
     LLVMValueRef *fv = NEW_ARRAY(cg->a, LLVMValueRef, n), *rv = NEW_ARRAY(cg->a, LLVMValueRef, n);
-    LLVMTypeRef et = lty(cg, m->elem), pair = LLVMVectorType(et, 2);
+    LLVMTypeRef et = lty(cg, m->elem), words;
+    int chunk = run_chunk(cg, m->elem, run, &words);
     LLVMPositionBuilderAtEnd(cg->b, whole);
     for (int k = 0; k < n; k++) {
-        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], 1, cols, &inside);
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], rows, cols, &inside);
         LLVMValueRef at = gep(cg, m->elem, m->ptr, off);
-        if (!pos_pair(ps, k, n)) {
+        if (!run_at(ps, k, n, run)) {
             fv[k] = load_elem(cg, m->elem, at);
             continue;
         }
-        LLVMValueRef v = LLVMBuildLoad2(cg->b, pair, at, "");
-        LLVMSetAlignment(v, (unsigned)(2 * esize(m->elem)));
-        fv[k] = LLVMBuildExtractElement(cg->b, v, ci32(cg, 0), "");
-        fv[k + 1] = LLVMBuildExtractElement(cg->b, v, ci32(cg, 1), "");
-        k++;
+        for (int j = 0; j < run; j += chunk) {
+            LLVMValueRef v = LLVMBuildLoad2(cg->b, words, j ? gep(cg, m->elem, at, ci64(cg, j)) : at, "");
+            LLVMSetAlignment(v, (unsigned)(chunk * esize(m->elem)));
+            v = LLVMBuildBitCast(cg->b, v, LLVMVectorType(et, (unsigned)chunk), "");
+            for (int e = 0; e < chunk; e++)
+                fv[k + j + e] = LLVMBuildExtractElement(cg->b, v, ci32(cg, e), "");
+        }
+        k += run - 1;
     }
     LLVMBasicBlockRef whole_end = LLVMGetInsertBlock(cg->b);
     LLVMBuildBr(cg->b, join);
     LLVMPositionBuilderAtEnd(cg->b, ragged);
     for (int k = 0; k < n; k++) {
-        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], 1, cols, &inside);
+        LLVMValueRef inside, off = tile_offset(cg, op, m, 1, ps[k], rows, cols, &inside);
         rv[k] = guarded_load(cg, m, off, inside, fill);
     }
     LLVMBasicBlockRef ragged_end = LLVMGetInsertBlock(cg->b);
@@ -187,9 +234,10 @@ void emit_load(Cg *cg, const Op *op) {
     Dist *d = dist_new(cg, rt->elem, rows, cols);
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
-    if (loads_row_pairs(cg, op, m, rows, cols)) {
+    int run = load_run(cg, op, m, rows, cols);
+    if (run) {
         ThreadIds ids = thread_ids_here(cg);
-        load_row_pairs(cg, op, m, d, ps, n, cols, fill);
+        load_runs(cg, op, m, d, ps, n, rows, cols, run, fill);
         thread_ids_restore(cg, ids);
         cv_put(cg, op->results[0], cv_dist(cg, d));
         return;
@@ -264,6 +312,30 @@ void emit_store(Cg *cg, const Op *op) {
     bool pairs = !atomic && stores_pairs(cg, op, m);
     Pos *ps;
     int n = positions(cg, rows, cols, &ps);
+    LLVMBasicBlockRef join_runs = NULL;
+    if (!atomic && stores_runs(cg, op, m, rows, cols)) {
+        /* the blocked layout's slots of adjacent columns (the backward's
+         * row kernels): each as whole 32-bit words where the tile is whole
+         * and aligned (whole_and_aligned), else element by element below */
+        LLVMBasicBlockRef whole = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "store_whole");
+        LLVMBasicBlockRef ragged = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "store_ragged");
+        join_runs = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "store_join");
+        LLVMBuildCondBr(cg->b, whole_and_aligned(cg, op, m, 2, rows, cols, cg->row_vec), whole, ragged);
+        LLVMPositionBuilderAtEnd(cg->b, whole);
+        LLVMTypeRef words;
+        int chunk = run_chunk(cg, m->elem, cg->row_vec, &words);
+        for (int k = 0; k < n; k += chunk) {
+            LLVMValueRef inside, off = tile_offset(cg, op, m, 2, ps[k], rows, cols, &inside);
+            LLVMValueRef v = LLVMGetUndef(LLVMVectorType(lty(cg, m->elem), (unsigned)chunk));
+            for (int e = 0; e < chunk; e++)
+                v = LLVMBuildInsertElement(cg->b, v, cg_cast(cg, dist_get(cg, d, ps[k + e]), d->elem, m->elem),
+                                           ci32(cg, e), "");
+            LLVMValueRef st = LLVMBuildStore(cg->b, LLVMBuildBitCast(cg->b, v, words, ""), gep(cg, m->elem, m->ptr, off));
+            LLVMSetAlignment(st, (unsigned)(chunk * esize(m->elem)));
+        }
+        LLVMBuildBr(cg->b, join_runs);
+        LLVMPositionBuilderAtEnd(cg->b, ragged);
+    }
     for (int k = 0; k < n; k++) {
         if (pairs && pos_pair(ps, k, n)) {
             store_pair(cg, op, m, d, ps[k], ps[k + 1], rows, cols, own);
@@ -279,6 +351,10 @@ void emit_store(Cg *cg, const Op *op) {
         else
             store_elem(cg, m->elem, v, gep(cg, m->elem, m->ptr, off));
         if_end(cg, join);
+    }
+    if (join_runs) {
+        LLVMBuildBr(cg->b, join_runs);
+        LLVMPositionBuilderAtEnd(cg->b, join_runs);
     }
 }
 

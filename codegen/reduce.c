@@ -6,6 +6,11 @@
 #include <math.h>
 #include <string.h>
 
+/* the reduction's identity: what a column past the row's end adds */
+static double identity(const char *kind) {
+    return strcmp(kind, "sum") == 0 ? 0 : strcmp(kind, "max") == 0 ? -INFINITY : INFINITY;
+}
+
 static LLVMValueRef combine(Cg *cg, const char *kind, ScalarKind k, LLVMValueRef x, LLVMValueRef y) {
     if (strcmp(kind, "sum") == 0) {
         LLVMValueRef r = LLVMBuildFAdd(cg->b, to_f32(cg, x), to_f32(cg, y), "");
@@ -85,17 +90,40 @@ void emit_reduce(Cg *cg, const Op *op) {
         cv_put(cg, op->results[0], cv_dist(cg, r));
         return;
     }
-    /* BLOCKED: per thread, per warp, then across warps through shared memory */
+    if (cg->row_threads < cg->threads) {
+        /* BLOCKED, rows in groups of a warp or less: per thread, then
+         * across the group's lanes */
+        for (int64_t a = 0; a < r->n; a++) {
+            LLVMValueRef v = NULL;
+            for (int k = 0; k < n; k++) {
+                if (ps[k].a != a)
+                    continue;
+                LLVMValueRef e = cg_cast(cg, dist_get(cg, x, ps[k]), x->elem, SK_F32);
+                LLVMValueRef row, col;
+                coords(cg, ps[k], rows, cols, &row, &col);
+                if ((ps[k].b + 1) * (int64_t)cg->row_threads * cg->row_vec > cols)   /* may be past the row's end */
+                    e = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, col, ci64(cg, cols), ""), e,
+                                        fconst(cg, SK_F32, identity(kind)), "");
+                v = v ? combine(cg, kind, SK_F32, v, e) : e;
+            }
+            for (int m = cg->row_threads / 2; m >= 1; m /= 2)
+                v = combine(cg, kind, SK_F32, v, shfl_xor(cg, v, m));
+            r->v[a] = cg_cast(cg, v, SK_F32, rt->elem);
+        }
+        cv_put(cg, op->results[0], cv_dist(cg, r));
+        return;
+    }
+    /* BLOCKED, every thread on each row: per thread, per warp, then across
+     * warps through shared memory */
     LLVMValueRef scratch = smem_alloc(cg, (int64_t)rows * cg->nwarps * 4);
     for (int64_t row = 0; row < rows; row++) {
         LLVMValueRef v = NULL;
         for (int64_t j = 0; j < cslots(cg, cols); j++) {
             LLVMValueRef e = cg_cast(cg, dist_get(cg, x, (Pos){(int)row, (int)j, 0}), x->elem, SK_F32);
             if ((j + 1) * cg->threads > cols) {   /* past the row's end: the identity */
-                double id = strcmp(kind, "sum") == 0 ? 0 : strcmp(kind, "max") == 0 ? -INFINITY : INFINITY;
                 LLVMValueRef col = add(cg, ci64(cg, j * cg->threads), zext64(cg, cg->tid));
                 e = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, col, ci64(cg, cols), ""), e,
-                                    fconst(cg, SK_F32, id), "");
+                                    fconst(cg, SK_F32, identity(kind)), "");
             }
             v = v ? combine(cg, kind, SK_F32, v, e) : e;
         }

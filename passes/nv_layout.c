@@ -159,6 +159,25 @@ void layout_error(const Lower *l, const Op *op, const char *msg) {
     schedule_note(l->ctx->diag, op, l->t->name);
 }
 
+/* A row kernel (no dot) whose every 2-D tile is a multiple of a narrow
+ * width W (the backward's preprocess, postprocess and GQA sums: the head
+ * dim): W / 8 threads a row, 8 adjacent columns each, the block's row
+ * groups taking the rows in turn (nv.row_threads, nv.row_vector). A row's
+ * sum is then in-thread and log2(W / 8) shuffles. Without it every thread
+ * holds a column of every row: at 64 rows of 64 columns half the threads
+ * held nothing, a row vector (lse) was loaded by every thread 64 times, and
+ * D = rowsum(dO ∘ O) took 320 shuffles and a pass through shared memory a
+ * thread. Wide rows (RMSNorm over the model width) keep that layout. */
+enum { ROW_VECTOR = 8 };
+static void narrow_rows(Arena *a, Op *launch, const Scan *s, int64_t rows, int warps) {
+    int64_t threads = s->col_gcd / ROW_VECTOR;
+    if (!s->col_gcd || s->col_gcd % ROW_VECTOR || threads > 32 || (threads & (threads - 1)) ||
+        rows % (32 * warps / threads))
+        return;
+    op_set_attr(a, launch, "nv.row_threads", attr_int(a, threads));
+    op_set_attr(a, launch, "nv.row_vector", attr_int(a, ROW_VECTOR));
+}
+
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 
 static void scan(const Block *top, const Block *blk, Scan *s) {
@@ -565,6 +584,8 @@ static bool layout_launch(const Lower *l, Op *launch) {
     op_set_attr(a, launch, "nv.row_blocks", attr_int(a, row_blocks));
     if (warp_cols > 1)
         op_set_attr(a, launch, "nv.warp_cols", attr_int(a, warp_cols));
+    if (!s.dots)
+        narrow_rows(a, launch, &s, rows, warps);
     Lower lw = *l;
     lw.row_blocks = row_blocks;
     lw.registers_scarce = registers_scarce(&s);
