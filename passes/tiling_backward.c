@@ -56,10 +56,10 @@ static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
 }
 
 /* One score tile of the backward, in either orientation (i and j are index
- * tiles along the tile's query and key axes): from the scaled scores `s`
- * (in acc), the score hook, then the tile's bounds (j < nk, and i < nq when
+ * tiles along the tile's query and key axes): from the product `dot` (in
+ * acc) times `scale`, the score hook, then the tile's bounds (j < nk, and i < nq when
  * nq is given; nk NULL: an interior tile, no mask) and the mask hiding
- * scores; P = exp(S' − lse). dS is made
+ * scores; P = exp(S' − lse), as exp2 (backward_p). dS is made
  * by backward_ds once dP is known. `zeros` (an f32 tile of 0 of the tile's
  * shape) broadcasts what a hook yields to the full tile. */
 typedef struct BwdScores {
@@ -67,11 +67,14 @@ typedef struct BwdScores {
     Value *valid;     /* the scores the bounds and the mask leave visible, or NULL: every one */
 } BwdScores;
 
-static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Value *bi, Value *h, Value *i,
-                            Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
-    ScalarKind acc = s->type->elem;
+static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, double scale, Value *bi, Value *h,
+                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
+    const double log2e = 1.4426950408889634;
+    ScalarKind acc = dot->type->elem;
+    Value *s = b_bin(b, OP_MUL, dot, b_float(b, acc, scale));
+    bool hooked = op->regions[0].nblocks;
     BwdScores r = {s, NULL, NULL};
-    if (op->regions[0].nblocks) {
+    if (hooked) {
         Value *hargs[5] = {b_cast(b, s, SK_F32), bi, h, i, j};
         s = b_cast(b, b_bin(b, OP_ADD, vectorise(b, op->regions[0].blocks[0], hargs, memrefs), zeros), acc);
     }
@@ -85,16 +88,33 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *s, Va
         Value *margs[4] = {bi, h, i, j};
         valid = b_bin(b, OP_AND, valid, vectorise(b, op->regions[2].blocks[0], margs, memrefs));
     }
-    if (valid)
-        s = b_select(b, valid, s, b_float(b, acc, -INFINITY));
     r.valid = valid;
+    /* P = exp2(x·k − lse·log2(e)), one fma a score (FlashAttention-3's
+     * form): with no hook between, x is the product and k = scale·log2(e),
+     * else x is S' and k = log2(e). A hidden score's exponent is −inf: the
+     * product is finite, so the mask selects +inf for what is subtracted,
+     * leaving x·k to the subtraction alone (LLVM turns a select of x, or of
+     * the product, into one between the product and the subtraction, which
+     * keeps them apart; after the subtraction, the tile's predicates live
+     * longer: sm_80's key-tile kernel spilled). A hook's x may be ±inf or
+     * NaN where hidden (s / temp[j] past temp's end): the mask selects x.
+     * An f16 product is scaled in f32, as online-softmax does, so the
+     * exponent keeps its precision. */
+    bool fold = !hooked && acc == SK_F32 && scale > 0;
+    Value *x = fold ? dot : b_cast(b, s, SK_F32), *inf = b_float(b, SK_F32, INFINITY);
+    if (valid && !fold)
+        x = b_select(b, valid, x, b_float(b, SK_F32, -INFINITY));
+    Value *s2 = b_bin(b, OP_MUL, x, b_float(b, SK_F32, fold ? scale * log2e : log2e));
     /* lse = −inf (a row that sees no key) is read as 0, so that P = 0, not
      * NaN. Formed here, after the scores' product, not where lse loads: the
      * code generators keep this order, and ptxas, given the compare first,
      * waited for the load before issuing the product (10 % of the sm_90a
      * key-tile kernel's issue slots at head dim 64, ncu on the H100). */
-    lse = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse);
-    r.p = b_unary(b, OP_EXP, b_bin(b, OP_SUB, b_cast(b, s, SK_F32), lse));
+    Value *lse2 = b_bin(b, OP_MUL, lse, b_float(b, SK_F32, log2e));
+    lse2 = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse2);
+    if (valid && fold)
+        lse2 = b_select(b, valid, lse2, inf);
+    r.p = b_unary(b, OP_EXP2, b_bin(b, OP_SUB, s2, lse2));
     return r;
 }
 
@@ -163,9 +183,9 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         Value *j = b_bin(&body, OP_ADD, b_iota(&body, 1, 1, BN), j0);
         Value *kT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, D, BN), 1, &ktile);
         Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
-        Value *st = b_bin(&body, OP_MUL, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops),
-                          b_float(&body, acc, scale));
-        BwdScores sc = backward_p(&body, op, &memrefs, st, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse, zeros);
+        Value *st = b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops);
+        BwdScores sc = backward_p(&body, op, &memrefs, st, scale, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse,
+                                  zeros);
         Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
         Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *dp = b_cast(&body, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, dp_ops), F);
@@ -336,10 +356,9 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
         Value *qT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BM), 1, &q);
         Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
-        Value *st = b_bin(&mb, OP_MUL, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops),
-                          b_float(&mb, acc, scale));
+        Value *st = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops);
         Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
-        BwdScores sc = backward_p(&mb, op, &memrefs, st, bi, h, i, j, nk, nq, lse, zeros);
+        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, zeros);
         Value *p = sc.p;
         Value *pc = b_cast(&mb, p, dt);
         Value *dv_ops[3] = {pc, dout, mc[1]};
