@@ -4,7 +4,9 @@
 # it (bench/gpu_kit.sh makes the kit where attnc was built): numerics of every case against
 # float64 PyTorch for each target (sm_70 f16, sm_80 and sm_90a f16 and
 # bf16), the backward's gradients (bench/backward_check.py), autograd and
-# the training run (sm_80), examples/embed, the SASS of the sm_80 and sm_90a kernels,
+# the training run (sm_80), attnc.attention (bench/functional_check.py),
+# transformers' Llama and Mistral with attnc (bench/transformers_check.py,
+# bench/train_llama.py), examples/embed, the SASS of the sm_80 and sm_90a kernels,
 # compute-sanitizer memcheck, racecheck and synccheck, then the benchmark (sm_80 and
 # sm_90a). Logs under $OUT (or ./out).
 #
@@ -65,10 +67,25 @@ if has sm_80; then
   python3 bench/train_gpt.py --kit $KIT --out "$OUT/train" > "$OUT/train.txt" 2>&1 || status=1
   note "$(tail -1 "$OUT/train.txt")"
 fi
+functional() {   # arch dtype: attnc.attention's torch path (python/attnc/functional.py)
+  step "attnc.attention $1 $2"
+  python3 bench/functional_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" > "$OUT/functional-$1-$2.txt" 2>&1 ||
+    status=1
+  grep -E "^FAIL" "$OUT/functional-$1-$2.txt" | head -20
+  note "$(tail -1 "$OUT/functional-$1-$2.txt")"
+}
+if has sm_70; then functional sm_70 f16; fi
+if has sm_80; then functional sm_80 f16; fi
+if has sm_90a; then functional sm_90a f16; functional sm_90a bf16; fi
 if has sm_90a; then
-  step "a transformers Llama's training step, attnc against SDPA (loss, gradients, step time)"
-  python3 bench/train_llama.py --kit $KIT --out "$OUT/llama" > "$OUT/llama.txt" 2>&1 || status=1
-  note "llama: $(grep -E '^training step' "$OUT/llama.txt") $(tail -1 "$OUT/llama.txt")"
+  step "transformers: Llama and Mistral with attn_implementation=\"attnc\" against SDPA; prefill and training step"
+  python3 bench/transformers_check.py --kit $KIT --out "$OUT" > "$OUT/transformers.txt" 2>&1 || status=1
+  grep -E "^FAIL" "$OUT/transformers.txt" | head -20
+  note "$(tail -1 "$OUT/transformers.txt")"
+  for model in llama mistral; do
+    python3 bench/train_llama.py --kit $KIT --out "$OUT/$model" --model $model > "$OUT/$model.txt" 2>&1 || status=1
+    note "$model: $(grep -E '^prefill|^training step' "$OUT/$model.txt" | tr '\n' ' ') $(tail -1 "$OUT/$model.txt")"
+  done
 fi
 
 step "embed (C, libattnrt only)"

@@ -7,6 +7,7 @@
     mod = attnc.compile("model.attn")                # runs the attnc binary (default target sm_80),
                                                      # or loads the PTX from the cache (attnc.cache)
     o = attnc.attention(q, k, v, causal=True)        # no .attn file: functional.py
+    attnc.register_transformers()                    # attn_implementation="attnc" in transformers: hf.py
 
 ctypes over libattnrt (no compile step). Kernels launch on the current torch
 stream. Inputs are CUDA tensors of the manifest's dtypes, contiguous or
@@ -21,7 +22,8 @@ import tempfile
 
 from . import cache as _cache
 
-__all__ = ["AttncError", "Module", "load", "compile", "compile_text", "attention", "find_attnc"]
+__all__ = ["AttncError", "Module", "load", "compile", "compile_text", "attention", "register_transformers",
+           "find_attnc"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MAX_RANK = 8
@@ -231,6 +233,13 @@ def attention(q, k, v, **options):
     attnc.functional.attention (its text says what the options mean)."""
     from .functional import attention as run
     return run(q, k, v, **options)
+
+
+def register_transformers(name="attnc"):
+    """attnc as transformers' attention backend `name`:
+    from_pretrained(..., attn_implementation="attnc") (attnc.hf)."""
+    from .hf import register
+    return register(name)
 
 
 def compile(source, arch=None, output=None, backward=False, cache=True):

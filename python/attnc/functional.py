@@ -4,6 +4,7 @@
     o = attnc.attention(q, k, v, causal=True)                  # [B, H, N, D]
     o = attnc.attention(q, k, v, layout="bnhd", window=(256, 0), softcap=30.0)
     o, lse = attnc.attention(q, k, v, alibi_slopes=slopes, return_lse=True)
+    o = attnc.attention(q, k, v, causal=True, key_mask=attention_mask)  # [B, Nk], 0: a padding key
 
 The call writes the attention block its arguments describe (block_source),
 compiles it for the GPU the tensors are on (sm_90a on Hopper, sm_80 on
@@ -17,7 +18,10 @@ written for it gets the same numbers: the causal mask and windows align the
 bottom-right corners when Nq != Nk (query i sees keys up to i + Nk - Nq),
 window = (left, right) keeps keys in [i + Nk - Nq - left, i + Nk - Nq +
 right] with -1 for no bound, softcap applies c·tanh(s / c) to the scaled
-scores, and ALiBi adds −slope·|i + Nk − Nq − j| after it.
+scores, and ALiBi adds −slope·|i + Nk − Nq − j| after it. key_mask [B, Nk]
+(bool or integer, as transformers' attention_mask) hides the keys where it
+is 0 (padding) from every query; a query that sees no key gets o = 0 and
+lse = −inf, as FlashAttention's do.
 """
 import math
 
@@ -52,13 +56,16 @@ def check_options(causal=False, window=None, softcap=None, scale=None, layout="b
 
 
 def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, softcap=None, scale=None,
-                 alibi=None):
+                 alibi=None, key_mask=False):
     """The attention block (its name, its .attn text) of these head counts,
     head dims, dtype ("f16" or "bf16") and options (check_options's);
-    alibi: None, "h" (slopes [H]) or "bh" (slopes [B, H]). Batch and
-    sequence lengths stay symbolic (B, NQ, NK), so one block serves every
-    shape of a model."""
+    alibi: None, "h" (slopes [H]) or "bh" (slopes [B, H]); key_mask: a side
+    input keep: i32 [B, NK] after the slopes, keys where it is 0 hidden.
+    Batch and sequence lengths stay symbolic (B, NQ, NK), so one block
+    serves every shape of a model."""
     side = {"h": ", slopes: f32[%d]" % heads, "bh": ", slopes: f32[B, %d]" % heads}.get(alibi, "")
+    if key_mask:
+        side += ", keep: i32[B, NK]"
     lines = [f"attention attn(q: {dtype}[B, {heads}, NQ, {head_dim}], k: {dtype}[B, {kv_heads}, NK, {head_dim}], "
              f"v: {dtype}[B, {kv_heads}, NK, {v_head_dim}]{side})",
              f"    -> (o: {dtype}[B, {heads}, NQ, {v_head_dim}], lse: f32[B, {heads}, NQ]) {{",
@@ -73,10 +80,14 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
         score += " - slopes[%s] * abs(i + NK - NQ - j)" % ("h" if alibi == "h" else "b, h")
     if score != "s":
         lines.append(f"  score(s, b, h, i, j) = {score};")
+    keep = []
     if window is not None:
         left, right = window
         keep = ([f"j >= i + NK - NQ - {left}"] if left >= 0 else []) + \
                ([f"j <= i + NK - NQ + {right}"] if right >= 0 else [])
+    if key_mask:
+        keep.append("keep[b, j] != 0")
+    if keep:
         lines.append(f"  mask(b, h, i, j) = {' && '.join(keep)};")
     lines.append("}")
     return "attn", "\n".join(lines) + "\n"
@@ -96,6 +107,20 @@ def target_of(device):
         return "sm_70"
     raise _error(f"attnc needs a GPU of compute capability 7.0 or later; {torch.cuda.get_device_name(device)} "
                  f"is {major}.{minor}")
+
+
+def _check_key_mask(key_mask, q, k):
+    """key_mask as the block's keep: i32 [B, Nk] (a small copy), or None."""
+    import torch
+    if key_mask is None:
+        return None
+    want = (q.shape[0], k.shape[2])
+    if (not isinstance(key_mask, torch.Tensor) or tuple(key_mask.shape) != want or key_mask.device != q.device or
+            key_mask.is_floating_point() or key_mask.is_complex()):
+        raise _error(f"key_mask must be a bool or integer tensor of shape {want} (batch, keys) on {q.device}, not "
+                     f"{getattr(key_mask, 'dtype', type(key_mask).__name__)} "
+                     f"{tuple(getattr(key_mask, 'shape', ()))}")
+    return (key_mask != 0).to(torch.int32)
 
 
 def _check_tensors(q, k, v, layout, alibi_slopes):
@@ -128,7 +153,7 @@ def _check_tensors(q, k, v, layout, alibi_slopes):
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, alibi_slopes=None,
-              layout="bhnd", return_lse=False):
+              key_mask=None, layout="bhnd", return_lse=False):
     """Attention of q over k and v: o (and lse, f32 [B, H, Nq], with
     return_lse). layout "bhnd": q [B, H, Nq, D], k and v [B, Hkv, Nk, D] /
     [.., Dv], as F.scaled_dot_product_attention; "bnhd": [B, N, H, D], as
@@ -140,8 +165,10 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
     if layout == "bnhd":
         q, k, v = (t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in (q, k, v))
     alibi = _check_tensors(q, k, v, layout, alibi_slopes)
+    keep = _check_key_mask(key_mask, q, k)
     dtype = "f16" if q.dtype == torch.float16 else "bf16"
-    name, text = block_source(q.shape[1], k.shape[1], q.shape[3], v.shape[3], dtype, window, softcap, scale, alibi)
+    name, text = block_source(q.shape[1], k.shape[1], q.shape[3], v.shape[3], dtype, window, softcap, scale, alibi,
+                              keep is not None)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     arch = target_of(q.device)
     entry = _modules.get((text, arch, grad))
@@ -149,7 +176,7 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
         mod = compile_text(text, arch=arch, backward=grad)
         entry = _modules[(text, arch, grad)] = (mod, mod.autograd(name) if grad else None)
     mod, fn = entry
-    side = [alibi_slopes] if alibi_slopes is not None else []
+    side = [t for t in (alibi_slopes, keep) if t is not None]
     if fn is not None:
         o, lse = fn.op(q, k, v, side)
     else:   # o in q's memory layout, as the differentiable op makes it: bnhd's o is then dense

@@ -25,13 +25,14 @@ def read_npy(path):
         data = f.read()
     hlen = struct.unpack("<H", data[8:10])[0]
     header = ast.literal_eval(data[10:10 + hlen].decode())
-    code = {"<f2": "e", "<f4": "f"}[header["descr"]]
+    code = {"<f2": "e", "<f4": "f", "<i4": "i"}[header["descr"]]
     n = math.prod(header["shape"])
     return header["shape"], list(struct.unpack(f"<{n}{code}", data[10 + hlen:10 + hlen + n * struct.calcsize(code)]))
 
 
-def reference(q, k, v, slopes, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, alibi):
-    """o [B, H, NQ, DV] and lse [B, H, NQ] in float64 (flat lists)."""
+def reference(q, k, v, slopes, keep, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, alibi):
+    """o [B, H, NQ, DV] and lse [B, H, NQ] in float64 (flat lists); keep
+    [B, NK] or None: keys where it is 0 are hidden."""
     scale = scale if scale is not None else 1 / math.sqrt(D)
     o, lse = [0.0] * (B * H * NQ * DV), [0.0] * (B * H * NQ)
     for b in range(B):
@@ -44,6 +45,8 @@ def reference(q, k, v, slopes, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, 
                     shift = i + NK - NQ
                     if window and ((window[0] >= 0 and j < shift - window[0]) or
                                    (window[1] >= 0 and j > shift + window[1])):
+                        continue
+                    if keep and keep[b * NK + j] == 0:
                         continue
                     kj = k[((b * Hk + kh) * NK + j) * D:][:D]
                     s = scale * sum(x * y for x, y in zip(qi, kj))
@@ -79,6 +82,8 @@ CASES = [
     (2, 2, 16, 16, 9, 9, {"softcap": 2.5, "scale": 0.5}),
     (4, 4, 16, 16, 6, 10, {"alibi": "h", "causal": True}),
     (2, 1, 16, 16, 5, 7, {"alibi": "bh", "softcap": 5.0, "window": (2, -1)}),
+    (4, 2, 16, 16, 7, 11, {"key_mask": True, "causal": True}),        # padding keys (keep 0..4: a fifth hidden)
+    (2, 2, 16, 16, 6, 9, {"key_mask": True, "alibi": "h"}),
 ]
 
 
@@ -86,9 +91,9 @@ def main():
     attnc, scratch = sys.argv[1], sys.argv[2]
     B = 2
     for n, (H, Hk, D, DV, NQ, NK, opts) in enumerate(CASES):
-        alibi = opts.pop("alibi", None)
+        alibi, key_mask = opts.pop("alibi", None), opts.pop("key_mask", False)
         window, softcap, scale = check_options(**opts)
-        name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi)
+        name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi, key_mask)
         src, dump = os.path.join(scratch, f"case{n}.attn"), os.path.join(scratch, f"case{n}")
         os.makedirs(dump, exist_ok=True)
         with open(src, "w") as f:
@@ -98,13 +103,15 @@ def main():
         got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
                for t in ("in.q", "in.k", "in.v", "out.o", "out.lse")}
         slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
-        o, lse = reference(got["in.q"], got["in.k"], got["in.v"], slopes, B, H, Hk, NQ, NK, D, DV, window,
+        keep = read_npy(os.path.join(dump, f"{name}.in.keep.npy"))[1] if key_mask else None
+        o, lse = reference(got["in.q"], got["in.k"], got["in.v"], slopes, keep, B, H, Hk, NQ, NK, D, DV, window,
                            softcap, scale, alibi)
         err_o = max(abs(a - b) / (1e-2 + abs(b)) for a, b in zip(got["out.o"], o))
         err_l = max(0.0 if a == b else abs(a - b) for a, b in zip(got["out.lse"], lse))
         empty = sum(1 for x in lse if x == -math.inf)
         ok = err_o < 2e-2 and err_l < 1e-3
-        print(f"{'ok  ' if ok else 'FAIL'} case {n} {opts}{' alibi ' + alibi if alibi else ''}: "
+        hidden = f" keys hidden {keep.count(0)}" if key_mask else ""
+        print(f"{'ok  ' if ok else 'FAIL'} case {n} {opts}{' alibi ' + alibi if alibi else ''}{hidden}: "
               f"o {err_o:.1e}, lse {err_l:.1e}, rows seeing no key {empty}")
     for bad in ({"layout": "nhd"}, {"window": (3,)}, {"window": (-2, 0)}, {"window": (1.5, 0)},
                 {"softcap": -1.0}, {"scale": float("nan")}, {"softcap": True}):

@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""functional_check.py — attnc.attention (python/attnc/functional.py) on the
+GPU, forward and backward, against float64 attention written here from
+FlashAttention's definitions of its options.
+
+    python3 bench/functional_check.py --kit KIT --out DIR [--arch sm_80] [--dtype bf16]
+
+--arch: the target attnc.attention compiles for (default: the device's own,
+target_of); sm_70 and sm_80 PTX run on newer GPUs, so one Hopper checks all
+three. Each case draws fresh random q, k, v (ragged lengths, Nq != Nk, GQA,
+both layouts, head dims 64 and 128; every option, key_mask with a
+left-padded sequence among them) and checks o, lse and dq, dk, dv on the
+FlashAttention rule: err <= 2 x (3 x for gradients) the error of the same
+attention in the tensors' precision (torch, f32 softmax) + 1e-5. The
+caching allocator's free memory is filled with NaN before each call, so an
+element the kernels leave unwritten shows. Then: bad arguments are refused
+with AttncError naming them, a second call of a block compiles nothing, and
+a CUDA graph captured around a call replays to the same numbers.
+"""
+import os
+import sys
+import time
+import zlib
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
+import gpu_check as gc  # noqa: E402
+import attnc  # noqa: E402
+from attnc import functional  # noqa: E402
+
+
+def reference(q, k, v, causal, window, softcap, scale, slopes, key_mask, dtype):
+    """o, lse of [B, H, N, D] q and [B, Hkv, N, D] k, v: float64 (dtype) or
+    the tensors' precision with an f32 softmax (dtype None), with
+    FlashAttention's meanings (bottom-right aligned windows); key_mask [B,
+    Nk] or None: keys where it is 0 hidden."""
+    B, H, NQ, D = q.shape
+    NK = k.shape[2]
+    k = k.repeat_interleave(H // k.shape[1], dim=1)
+    v = v.repeat_interleave(H // v.shape[1], dim=1)
+    if dtype is None:
+        s = (q @ k.transpose(-1, -2)).float()
+    else:
+        s = q.to(dtype) @ k.to(dtype).transpose(-1, -2)
+    s = s * (scale if scale is not None else D ** -0.5)
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(NQ, device=q.device).view(NQ, 1)
+    j = torch.arange(NK, device=q.device).view(1, NK)
+    diag = i + NK - NQ   # the key aligned with query i
+    if slopes is not None:
+        sl = slopes.view(1, H, 1, 1) if slopes.dim() == 1 else slopes.view(B, H, 1, 1)
+        s = s - sl.to(s.dtype) * (diag - j).abs()
+    keep = torch.ones(NQ, NK, dtype=torch.bool, device=q.device)
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0
+    if left >= 0:
+        keep &= j >= diag - left
+    if right >= 0:
+        keep &= j <= diag + right
+    if key_mask is not None:
+        keep = keep & (key_mask != 0).view(B, 1, 1, NK)
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    o = (p.to(q.dtype) @ v).float() if dtype is None else p @ v.to(dtype)
+    dead = torch.isinf(lse) & (lse < 0)
+    return o.masked_fill(dead.unsqueeze(-1), 0.0), lse
+
+
+def poison_free_memory():
+    """NaN into the caching allocator's free blocks: outputs allocated next
+    start as NaN."""
+    free = torch.cuda.mem_get_info()[0]
+    n = min(1 << 28, free // 8) // 2
+    x = torch.full((n,), float("nan"), device="cuda", dtype=torch.float16)
+    del x
+
+
+CASES = [   # name, B, H, Hkv, NQ, NK, D, Dv, options
+    ("plain", 2, 4, 4, 200, 200, 64, 64, {}),
+    ("causal cross", 2, 4, 2, 77, 301, 64, 64, {"causal": True}),
+    ("causal long q", 1, 4, 1, 300, 129, 128, 128, {"causal": True}),
+    ("window", 2, 4, 4, 333, 333, 64, 64, {"window": (48, 16)}),
+    ("window left causal", 1, 8, 2, 250, 400, 128, 128, {"window": (100, -1), "causal": True}),
+    ("softcap scale", 2, 4, 2, 190, 190, 64, 64, {"softcap": 20.0, "scale": 0.3}),
+    ("alibi h causal", 2, 4, 4, 150, 150, 64, 64, {"alibi": "h", "causal": True}),
+    ("alibi bh", 2, 4, 2, 90, 170, 128, 128, {"alibi": "bh"}),
+    ("dv 64 of d 128", 1, 4, 2, 130, 130, 128, 64, {"causal": True}),
+    ("key mask causal", 2, 8, 2, 180, 180, 64, 64, {"key_mask": True, "causal": True}),
+    ("key mask window cross", 2, 4, 4, 70, 260, 128, 128, {"key_mask": True, "window": (90, 20)}),
+]
+
+
+def run_case(rep, name, B, H, HKV, NQ, NK, D, DV, opts, dtype, layout, grad):
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name} {layout} {grad}".encode()))
+
+    def rnd(*shape):
+        return (torch.rand(*shape, device="cuda", generator=g) * 2 - 1).to(dtype)
+
+    shape = (lambda b, h, n, d: (b, n, h, d)) if layout == "bnhd" else (lambda b, h, n, d: (b, h, n, d))
+    q, k, v = rnd(*shape(B, H, NQ, D)), rnd(*shape(B, HKV, NK, D)), rnd(*shape(B, HKV, NK, DV))
+    slopes = None
+    if opts.get("alibi") == "h":
+        slopes = torch.tensor([2.0 ** -(h + 1) for h in range(H)], device="cuda")
+    elif opts.get("alibi") == "bh":
+        slopes = torch.rand(B, H, device="cuda", generator=g) * 0.2
+    key_mask = None
+    if opts.get("key_mask"):   # the second sequence left-padded, a few holes in the first
+        key_mask = torch.rand(B, NK, device="cuda", generator=g) > 0.1
+        key_mask[1, :NK // 3] = False
+    kw = {x: opts[x] for x in ("causal", "window", "softcap", "scale") if x in opts}
+    for t in (q, k, v):
+        t.requires_grad_(grad)
+    poison_free_memory()
+    o, lse = attnc.attention(q, k, v, alibi_slopes=slopes, key_mask=key_mask, layout=layout, return_lse=True,
+                             **kw)
+    do = rnd(*o.shape)
+    if grad:
+        o.backward(do)
+    as_bhnd = (lambda t: t.transpose(1, 2)) if layout == "bnhd" else (lambda t: t)
+    ref_args = (opts.get("causal", False), opts.get("window"), opts.get("softcap"), opts.get("scale"), slopes,
+                key_mask)
+    x64 = [as_bhnd(t.detach()).double().requires_grad_(grad) for t in (q, k, v)]
+    xlo = [as_bhnd(t.detach()).clone().requires_grad_(grad) for t in (q, k, v)]
+    o64, lse64 = reference(*x64, *ref_args, torch.float64)
+    olo, lselo = reference(*xlo, *ref_args, None)
+    tag = f"{name} {layout} {'fwd+bwd' if grad else 'fwd'}"
+    shp = f"B{B} H{H}/{HKV} {NQ}x{NK} d{D}/{DV}"
+    pt = gc.max_err(olo, o64)
+    rep.add(f"o {tag}", shp, gc.max_err(as_bhnd(o.detach()), o64), pt, 2 * pt + 1e-5)
+    pt = gc.max_err(lselo, lse64)   # max_err: -inf rows must match exactly
+    rep.add(f"lse {tag}", shp, gc.max_err(lse, lse64), pt, 2 * pt + 1e-5)
+    if not grad:
+        return
+    d = as_bhnd(do).double()
+    (o64 * d).sum().backward()
+    (olo.double() * d).sum().backward()
+    for nm, x, a, b in zip(("dq", "dk", "dv"), (q, k, v), x64, xlo):
+        pt = gc.max_err(b.grad, a.grad)
+        rep.add(f"{nm} {tag}", shp, gc.max_err(as_bhnd(x.grad), a.grad), pt, 3 * pt + 1e-5)
+
+
+def refusals(rep, dtype):
+    q = torch.randn(1, 4, 64, 64, device="cuda", dtype=dtype)
+    k = torch.randn(1, 2, 64, 64, device="cuda", dtype=dtype)
+
+    def expect(what, fn, needle):
+        try:
+            fn()
+        except attnc.AttncError as e:
+            rep.expect(f"refused: {what}", needle in str(e), str(e))
+            return
+        except Exception as e:  # noqa: BLE001 — anything else is the defect being looked for
+            rep.expect(f"refused: {what}", False, f"{type(e).__name__}: {e}")
+            return
+        rep.expect(f"refused: {what}", False, "accepted")
+
+    expect("f32 q", lambda: attnc.attention(q.float(), k, k), "q is torch.float32")
+    expect("mixed dtypes", lambda: attnc.attention(q, k.float(), k), "k is torch.float32")
+    k3 = torch.randn(1, 3, 64, 64, device="cuda", dtype=dtype)
+    expect("3 heads of k", lambda: attnc.attention(q, k3, k3), "multiple")
+    expect("cpu v", lambda: attnc.attention(q, k, k.cpu()), "v is on cpu")
+    expect("3-d q", lambda: attnc.attention(q[0], k, k), "q must be a 4-dimensional")
+    expect("head dims", lambda: attnc.attention(q, k[..., :32], k), "head dim")
+    expect("window", lambda: attnc.attention(q, k, k, window=(3,)), "window must be")
+    expect("slopes shape", lambda: attnc.attention(q, k, k, alibi_slopes=torch.ones(3, device="cuda")),
+           "alibi_slopes must be")
+    expect("layout", lambda: attnc.attention(q, k, k, layout="nhd"), "layout must be")
+    expect("key mask shape", lambda: attnc.attention(q, k, k, key_mask=torch.ones(1, 63, dtype=torch.bool, device="cuda")),
+           "key_mask must be")
+    expect("float key mask", lambda: attnc.attention(q, k, k, key_mask=torch.ones(1, 64, device="cuda")),
+           "key_mask must be")
+
+
+def cached_and_graph(rep, dtype):
+    q = torch.randn(2, 8, 256, 64, device="cuda", dtype=dtype)
+    k = torch.randn(2, 2, 256, 64, device="cuda", dtype=dtype)
+    v = torch.randn(2, 2, 256, 64, device="cuda", dtype=dtype)
+    attnc.attention(q, k, v, causal=True)
+    n = len(functional._modules)
+    t = time.perf_counter()
+    o1 = attnc.attention(q, k, v, causal=True)
+    ms = (time.perf_counter() - t) * 1e3
+    rep.expect("second call compiles nothing", len(functional._modules) == n, f"{ms:.2f} ms")
+    static_q, static_o = q.clone(), None
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        attnc.attention(static_q, k, v, causal=True)   # warm on the capture stream
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            static_o = attnc.attention(static_q, k, v, causal=True)
+    except Exception as e:  # noqa: BLE001
+        rep.expect("CUDA graph capture", False, f"{type(e).__name__}: {e}")
+        return
+    q2 = torch.randn_like(q)
+    static_q.copy_(q2)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = attnc.attention(q2, k, v, causal=True)
+    rep.expect("CUDA graph replay", torch.equal(static_o, want) and not torch.equal(o1, want),
+               f"max diff {(static_o.float() - want.float()).abs().max().item():.3g}")
+
+
+def main():
+    ap = common.kit_parser(__doc__)
+    ap.add_argument("--arch", default=None, help="target to compile for (default: the device's)")
+    ap.add_argument("--dtype", default="f16", choices=("f16", "bf16"))
+    args = ap.parse_args()
+    common.use_kit(args.kit)
+    if args.arch:
+        functional.target_of = lambda device: args.arch
+    arch = args.arch or functional.target_of(torch.device("cuda"))
+    dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
+    gc.DT = dtype
+    os.makedirs(args.out, exist_ok=True)
+    log = open(os.path.join(args.out, f"functional-{arch}-{args.dtype}.log"), "w")
+    rep = gc.Report(log)
+    for case in CASES:
+        for layout in ("bhnd", "bnhd"):
+            for grad in (False, True):
+                try:
+                    run_case(rep, *case, dtype, layout, grad)
+                except Exception as e:  # noqa: BLE001 — report and go on to the next case
+                    rep.expect(f"{case[0]} {layout} grad={grad}", False, f"{type(e).__name__}: {e}")
+    refusals(rep, dtype)
+    cached_and_graph(rep, dtype)
+    failed = sum(1 for row in rep.rows if not row[5])
+    print(f"functional {arch} {args.dtype}: {len(rep.rows)} checks, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
