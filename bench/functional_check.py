@@ -9,7 +9,8 @@ FlashAttention's definitions of its options.
 target_of); sm_70 and sm_80 PTX run on newer GPUs, so one Hopper checks all
 three. Each case draws fresh random q, k, v (ragged lengths, Nq != Nk, GQA,
 both layouts, head dims 64 and 128; every option, key_mask with a
-left-padded sequence among them) and checks o, lse and dq, dk, dv on the
+left-padded sequence and FlexAttention-style score_mod and mask_mod
+functions with captured tensors among them) and checks o, lse and dq, dk, dv on the
 FlashAttention rule: err <= 2 x (3 x for gradients) the error of the same
 attention in the tensors' precision (torch, f32 softmax) + 1e-5. The
 caching allocator's free memory is filled with NaN before each call, so an
@@ -32,11 +33,12 @@ import attnc  # noqa: E402
 from attnc import functional  # noqa: E402
 
 
-def reference(q, k, v, causal, window, softcap, scale, slopes, key_mask, dtype):
+def reference(q, k, v, causal, window, softcap, scale, slopes, key_mask, mods, dtype):
     """o, lse of [B, H, N, D] q and [B, Hkv, N, D] k, v: float64 (dtype) or
     the tensors' precision with an f32 softmax (dtype None), with
     FlashAttention's meanings (bottom-right aligned windows); key_mask [B,
-    Nk] or None: keys where it is 0 hidden."""
+    Nk] or None: keys where it is 0 hidden; mods: (score_mod, mask_mod),
+    called as FlexAttention's reference does, on broadcast index tensors."""
     B, H, NQ, D = q.shape
     NK = k.shape[2]
     k = k.repeat_interleave(H // k.shape[1], dim=1)
@@ -64,6 +66,12 @@ def reference(q, k, v, causal, window, softcap, scale, slopes, key_mask, dtype):
         keep &= j <= diag + right
     if key_mask is not None:
         keep = keep & (key_mask != 0).view(B, 1, 1, NK)
+    bb, hh = (torch.arange(n, device=q.device).view(shape) for n, shape in ((B, (B, 1, 1, 1)), (H, (1, H, 1, 1))))
+    ii, jj = i.view(1, 1, NQ, 1), j.view(1, 1, 1, NK)
+    if mods[0] is not None:
+        s = mods[0](s, bb, hh, ii, jj)
+    if mods[1] is not None:
+        keep = keep & mods[1](bb, hh, ii, jj)
     s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
@@ -93,7 +101,31 @@ CASES = [   # name, B, H, Hkv, NQ, NK, D, Dv, options
     ("dv 64 of d 128", 1, 4, 2, 130, 130, 128, 64, {"causal": True}),
     ("key mask causal", 2, 8, 2, 180, 180, 64, 64, {"key_mask": True, "causal": True}),
     ("key mask window cross", 2, 4, 4, 70, 260, 128, 128, {"key_mask": True, "window": (90, 20)}),
+    ("flex bias documents", 2, 4, 2, 200, 200, 64, 64, {"mods": "bias_documents"}),
+    ("flex tanh where keep", 2, 4, 4, 150, 230, 128, 128, {"mods": "tanh_where_keep", "causal": True}),
+    ("flex clamp per head", 1, 8, 2, 170, 170, 64, 64, {"mods": "clamp_per_head"}),
 ]
+
+
+def make_mods(kind, B, H, NQ, NK, g):
+    """(score_mod, mask_mod) as FlexAttention users write them, with the
+    tensors they capture drawn fresh."""
+    if kind == "bias_documents":   # a relative bias table and packed documents
+        bias = torch.rand(H, NQ, NK, device="cuda", generator=g) - 0.5
+        doc = torch.sort(torch.randint(0, 4, (B, max(NQ, NK)), device="cuda", generator=g), dim=1).values
+        return (lambda score, b, h, q_idx, kv_idx: score + bias[h, q_idx, kv_idx],
+                lambda b, h, q_idx, kv_idx: (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx))
+    if kind == "tanh_where_keep":   # softcap by torch.tanh, a -inf where, a bool tensor read as the mask
+        keep = torch.rand(B, NK, device="cuda", generator=g) > 0.15
+        return (lambda score, b, h, q_idx, kv_idx: torch.where((q_idx + kv_idx) % 7 != 3,
+                                                               15.0 * torch.tanh(score / 15.0), -float("inf")),
+                lambda b, h, q_idx, kv_idx: keep[b, kv_idx])
+    if kind == "clamp_per_head":   # a per-head temperature, clamped, and a banded mask by torch.abs
+        temp = torch.rand(H, device="cuda", generator=g) + 0.5
+        return (lambda score, b, h, q_idx, kv_idx: (score / temp[h]).clamp(min=-1.5, max=1.5) + torch.minimum(
+                    q_idx, kv_idx) * 0.001,
+                lambda b, h, q_idx, kv_idx: torch.abs(q_idx - kv_idx) <= 40)
+    raise ValueError(kind)
 
 
 def run_case(rep, name, B, H, HKV, NQ, NK, D, DV, opts, dtype, layout, grad):
@@ -113,18 +145,19 @@ def run_case(rep, name, B, H, HKV, NQ, NK, D, DV, opts, dtype, layout, grad):
     if opts.get("key_mask"):   # the second sequence left-padded, a few holes in the first
         key_mask = torch.rand(B, NK, device="cuda", generator=g) > 0.1
         key_mask[1, :NK // 3] = False
+    mods = make_mods(opts["mods"], B, H, NQ, NK, g) if "mods" in opts else (None, None)
     kw = {x: opts[x] for x in ("causal", "window", "softcap", "scale") if x in opts}
     for t in (q, k, v):
         t.requires_grad_(grad)
     poison_free_memory()
-    o, lse = attnc.attention(q, k, v, alibi_slopes=slopes, key_mask=key_mask, layout=layout, return_lse=True,
-                             **kw)
+    o, lse = attnc.attention(q, k, v, alibi_slopes=slopes, key_mask=key_mask, score_mod=mods[0], mask_mod=mods[1],
+                             layout=layout, return_lse=True, **kw)
     do = rnd(*o.shape)
     if grad:
         o.backward(do)
     as_bhnd = (lambda t: t.transpose(1, 2)) if layout == "bnhd" else (lambda t: t)
     ref_args = (opts.get("causal", False), opts.get("window"), opts.get("softcap"), opts.get("scale"), slopes,
-                key_mask)
+                key_mask, mods)
     x64 = [as_bhnd(t.detach()).double().requires_grad_(grad) for t in (q, k, v)]
     xlo = [as_bhnd(t.detach()).clone().requires_grad_(grad) for t in (q, k, v)]
     o64, lse64 = reference(*x64, *ref_args, torch.float64)
@@ -173,6 +206,13 @@ def refusals(rep, dtype):
     expect("layout", lambda: attnc.attention(q, k, k, layout="nhd"), "layout must be")
     expect("key mask shape", lambda: attnc.attention(q, k, k, key_mask=torch.ones(1, 63, dtype=torch.bool, device="cuda")),
            "key_mask must be")
+    cpu_bias = torch.zeros(4, 64, 64)
+    expect("captured tensor on the CPU", lambda: attnc.attention(
+        q, k, k, score_mod=lambda s, b, h, i, j: s + cpu_bias[h, i, j]), "is on cpu")
+    expect("score_mod and softcap", lambda: attnc.attention(
+        q, k, k, softcap=5.0, score_mod=lambda s, b, h, i, j: s * 2), "score_mod cannot be combined")
+    expect("untraceable score_mod", lambda: attnc.attention(
+        q, k, k, score_mod=lambda s, b, h, i, j: torch.softmax(s, 0)), "torch.softmax")
     expect("float key mask", lambda: attnc.attention(q, k, k, key_mask=torch.ones(1, 64, device="cuda")),
            "key_mask must be")
 

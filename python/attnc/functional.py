@@ -5,6 +5,7 @@
     o = attnc.attention(q, k, v, layout="bnhd", window=(256, 0), softcap=30.0)
     o, lse = attnc.attention(q, k, v, alibi_slopes=slopes, return_lse=True)
     o = attnc.attention(q, k, v, causal=True, key_mask=attention_mask)  # [B, Nk], 0: a padding key
+    o = attnc.attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: s + bias[h, q_idx, kv_idx])
 
 The call writes the attention block its arguments describe (block_source),
 compiles it for the GPU the tensors are on (sm_90a on Hopper, sm_80 on
@@ -21,7 +22,11 @@ right] with -1 for no bound, softcap applies c·tanh(s / c) to the scaled
 scores, and ALiBi adds −slope·|i + Nk − Nq − j| after it. key_mask [B, Nk]
 (bool or integer, as transformers' attention_mask) hides the keys where it
 is 0 (padding) from every query; a query that sees no key gets o = 0 and
-lse = −inf, as FlashAttention's do.
+lse = −inf, as FlashAttention's do. score_mod(score, b, h, q_idx, kv_idx)
+and mask_mod(b, h, q_idx, kv_idx) are FlexAttention's: Python functions
+traced into the block's hooks (trace.py), the tensors they capture passed
+as side inputs; mask_mod combines with the other masks (all must keep a
+score), score_mod replaces softcap and ALiBi.
 """
 import math
 
@@ -56,16 +61,19 @@ def check_options(causal=False, window=None, softcap=None, scale=None, layout="b
 
 
 def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, softcap=None, scale=None,
-                 alibi=None, key_mask=False):
+                 alibi=None, key_mask=False, score_mod=None, mask_mod=None, captured=()):
     """The attention block (its name, its .attn text) of these head counts,
     head dims, dtype ("f16" or "bf16") and options (check_options's);
     alibi: None, "h" (slopes [H]) or "bh" (slopes [B, H]); key_mask: a side
-    input keep: i32 [B, NK] after the slopes, keys where it is 0 hidden.
-    Batch and sequence lengths stay symbolic (B, NQ, NK), so one block
-    serves every shape of a model."""
+    input keep: i32 [B, NK] after the slopes, keys where it is 0 hidden;
+    score_mod, mask_mod: hook expressions over (s, b, h, i, j) as
+    trace.trace gives them, reading the side inputs `captured` ((name, type)
+    pairs, after keep). Batch and sequence lengths stay symbolic (B, NQ,
+    NK), so one block serves every shape of a model."""
     side = {"h": ", slopes: f32[%d]" % heads, "bh": ", slopes: f32[B, %d]" % heads}.get(alibi, "")
     if key_mask:
         side += ", keep: i32[B, NK]"
+    side += "".join(f", {name}: {ty}" for name, ty in captured)
     lines = [f"attention attn(q: {dtype}[B, {heads}, NQ, {head_dim}], k: {dtype}[B, {kv_heads}, NK, {head_dim}], "
              f"v: {dtype}[B, {kv_heads}, NK, {v_head_dim}]{side})",
              f"    -> (o: {dtype}[B, {heads}, NQ, {v_head_dim}], lse: f32[B, {heads}, NQ]) {{",
@@ -78,6 +86,8 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
         score = f"{c} * tanh(s / {c})"
     if alibi:
         score += " - slopes[%s] * abs(i + NK - NQ - j)" % ("h" if alibi == "h" else "b, h")
+    if score_mod is not None:
+        score = score_mod
     if score != "s":
         lines.append(f"  score(s, b, h, i, j) = {score};")
     keep = []
@@ -87,6 +97,8 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
                ([f"j <= i + NK - NQ + {right}"] if right >= 0 else [])
     if key_mask:
         keep.append("keep[b, j] != 0")
+    if mask_mod is not None:
+        keep.append(mask_mod)
     if keep:
         lines.append(f"  mask(b, h, i, j) = {' && '.join(keep)};")
     lines.append("}")
@@ -123,6 +135,29 @@ def _check_key_mask(key_mask, q, k):
     return (key_mask != 0).to(torch.int32)
 
 
+def _trace_mods(score_mod, mask_mod, softcap, alibi, q):
+    """score_mod's and mask_mod's hook text and their captured tensors,
+    converted to what the block declares (f32, i32) and checked to be on
+    q's device."""
+    import torch
+    from .trace import trace
+    if score_mod is None and mask_mod is None:
+        return None, None, []
+    if score_mod is not None and (softcap is not None or alibi is not None):
+        raise _error("score_mod cannot be combined with softcap or alibi_slopes; write them in the score_mod")
+    for name, fn, n in (("score_mod", score_mod, 5), ("mask_mod", mask_mod, 4)):
+        if fn is not None and not callable(fn):
+            raise _error(f"{name} must be a function of {n} arguments, not {type(fn).__name__}")
+    score, mask, captured = trace(score_mod, mask_mod)
+    out = []
+    for name, t, ty in captured:
+        if t.device != q.device:
+            raise _error(f"a tensor of shape {tuple(t.shape)} that score_mod or mask_mod reads is on {t.device}, "
+                         f"not {q.device}")
+        out.append((name, t.float() if t.is_floating_point() else t.to(torch.int32), ty))
+    return score, mask, out
+
+
 def _check_tensors(q, k, v, layout, alibi_slopes):
     import torch
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -153,7 +188,7 @@ def _check_tensors(q, k, v, layout, alibi_slopes):
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, alibi_slopes=None,
-              key_mask=None, layout="bhnd", return_lse=False):
+              key_mask=None, score_mod=None, mask_mod=None, layout="bhnd", return_lse=False):
     """Attention of q over k and v: o (and lse, f32 [B, H, Nq], with
     return_lse). layout "bhnd": q [B, H, Nq, D], k and v [B, Hkv, Nk, D] /
     [.., Dv], as F.scaled_dot_product_attention; "bnhd": [B, N, H, D], as
@@ -166,9 +201,10 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
         q, k, v = (t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in (q, k, v))
     alibi = _check_tensors(q, k, v, layout, alibi_slopes)
     keep = _check_key_mask(key_mask, q, k)
+    score, mask, captured = _trace_mods(score_mod, mask_mod, softcap, alibi, q)
     dtype = "f16" if q.dtype == torch.float16 else "bf16"
     name, text = block_source(q.shape[1], k.shape[1], q.shape[3], v.shape[3], dtype, window, softcap, scale, alibi,
-                              keep is not None)
+                              keep is not None, score, mask, [(n, ty) for n, _, ty in captured])
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     arch = target_of(q.device)
     entry = _modules.get((text, arch, grad))
@@ -176,7 +212,7 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
         mod = compile_text(text, arch=arch, backward=grad)
         entry = _modules[(text, arch, grad)] = (mod, mod.autograd(name) if grad else None)
     mod, fn = entry
-    side = [t for t in (alibi_slopes, keep) if t is not None]
+    side = [t for t in (alibi_slopes, keep) if t is not None] + [t for _, t, _ in captured]
     if fn is not None:
         o, lse = fn.op(q, k, v, side)
     else:   # o in q's memory layout, as the differentiable op makes it: bnhd's o is then dense

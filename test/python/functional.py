@@ -4,7 +4,10 @@ interpreter (`attnc run --dump`), and its o and lse are compared with
 attention computed here in float64 from the same inputs, with
 FlashAttention's meaning of each option (bottom-right causal and windows,
 softcap on the scaled scores, ALiBi −slope·|i + Nk − Nq − j| after it,
-grouped-query heads). Then check_options' errors.
+grouped-query heads). FlexAttention-style score_mod and mask_mod functions
+are traced into the blocks' hooks (attnc.trace) and checked the same way,
+the reference calling each function itself on every score; then
+check_options' and the tracer's errors.
 
     python3 functional.py ATTNC SCRATCH
 """
@@ -17,6 +20,26 @@ import sys
 
 from attnc import AttncError
 from attnc.functional import block_source, check_options
+from attnc.trace import trace
+
+
+# score_mod(score, b, h, q_idx, kv_idx) and mask_mod(b, h, q_idx, kv_idx), as
+# FlexAttention users write them, in plain Python arithmetic (the reference
+# calls them on numbers; torch's functions are checked on the GPU)
+def rel_pos(score, b, h, q_idx, kv_idx):
+    return score * 0.5 - abs(q_idx - kv_idx) * 0.125 + (h % 2) * 0.25
+
+
+def local_blocks(b, h, q_idx, kv_idx):
+    return ((q_idx // 4) == (kv_idx // 4)) | ((kv_idx <= q_idx) & (h == 1))
+
+
+def head_temperature(score, b, h, q_idx, kv_idx):
+    return score / (1 + h) + (-1) * (q_idx % 3 - kv_idx // 2) * 0.0625 + (q_idx > kv_idx) * 0.5
+
+
+def causal_top_left(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
 
 
 def read_npy(path):
@@ -30,9 +53,11 @@ def read_npy(path):
     return header["shape"], list(struct.unpack(f"<{n}{code}", data[10 + hlen:10 + hlen + n * struct.calcsize(code)]))
 
 
-def reference(q, k, v, slopes, keep, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, alibi):
+def reference(q, k, v, slopes, keep, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, alibi, score_mod=None,
+              mask_mod=None):
     """o [B, H, NQ, DV] and lse [B, H, NQ] in float64 (flat lists); keep
-    [B, NK] or None: keys where it is 0 are hidden."""
+    [B, NK] or None: keys where it is 0 are hidden; score_mod and mask_mod
+    called on each score."""
     scale = scale if scale is not None else 1 / math.sqrt(D)
     o, lse = [0.0] * (B * H * NQ * DV), [0.0] * (B * H * NQ)
     for b in range(B):
@@ -48,6 +73,8 @@ def reference(q, k, v, slopes, keep, B, H, Hk, NQ, NK, D, DV, window, softcap, s
                         continue
                     if keep and keep[b * NK + j] == 0:
                         continue
+                    if mask_mod and not mask_mod(b, h, i, j):
+                        continue
                     kj = k[((b * Hk + kh) * NK + j) * D:][:D]
                     s = scale * sum(x * y for x, y in zip(qi, kj))
                     if softcap:
@@ -55,6 +82,8 @@ def reference(q, k, v, slopes, keep, B, H, Hk, NQ, NK, D, DV, window, softcap, s
                     if alibi:
                         slope = slopes[h] if alibi == "h" else slopes[b * H + h]
                         s -= slope * abs(shift - j)
+                    if score_mod:
+                        s = score_mod(s, b, h, i, j)
                     scores.append((j, s))
                 row = (b * H + h) * NQ + i
                 if not scores:
@@ -84,6 +113,9 @@ CASES = [
     (2, 1, 16, 16, 5, 7, {"alibi": "bh", "softcap": 5.0, "window": (2, -1)}),
     (4, 2, 16, 16, 7, 11, {"key_mask": True, "causal": True}),        # padding keys (keep 0..4: a fifth hidden)
     (2, 2, 16, 16, 6, 9, {"key_mask": True, "alibi": "h"}),
+    (2, 2, 16, 16, 9, 9, {"score_mod": rel_pos}),
+    (2, 2, 16, 16, 10, 8, {"mask_mod": local_blocks}),
+    (4, 2, 16, 16, 7, 7, {"score_mod": head_temperature, "mask_mod": causal_top_left, "window": (3, -1)}),
 ]
 
 
@@ -92,8 +124,10 @@ def main():
     B = 2
     for n, (H, Hk, D, DV, NQ, NK, opts) in enumerate(CASES):
         alibi, key_mask = opts.pop("alibi", None), opts.pop("key_mask", False)
+        score_mod, mask_mod = opts.pop("score_mod", None), opts.pop("mask_mod", None)
         window, softcap, scale = check_options(**opts)
-        name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi, key_mask)
+        score, mask, _ = trace(score_mod, mask_mod)
+        name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi, key_mask, score, mask)
         src, dump = os.path.join(scratch, f"case{n}.attn"), os.path.join(scratch, f"case{n}")
         os.makedirs(dump, exist_ok=True)
         with open(src, "w") as f:
@@ -105,14 +139,21 @@ def main():
         slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
         keep = read_npy(os.path.join(dump, f"{name}.in.keep.npy"))[1] if key_mask else None
         o, lse = reference(got["in.q"], got["in.k"], got["in.v"], slopes, keep, B, H, Hk, NQ, NK, D, DV, window,
-                           softcap, scale, alibi)
+                           softcap, scale, alibi, score_mod, mask_mod)
         err_o = max(abs(a - b) / (1e-2 + abs(b)) for a, b in zip(got["out.o"], o))
         err_l = max(0.0 if a == b else abs(a - b) for a, b in zip(got["out.lse"], lse))
         empty = sum(1 for x in lse if x == -math.inf)
         ok = err_o < 2e-2 and err_l < 1e-3
         hidden = f" keys hidden {keep.count(0)}" if key_mask else ""
+        hidden += "".join(f" {f.__name__}" for f in (score_mod, mask_mod) if f)
         print(f"{'ok  ' if ok else 'FAIL'} case {n} {opts}{' alibi ' + alibi if alibi else ''}{hidden}: "
               f"o {err_o:.1e}, lse {err_l:.1e}, rows seeing no key {empty}")
+        if score_mod or mask_mod:   # the traced hooks' derived backward, against central differences
+            r = subprocess.run([attnc, "run", src, "-backward", "--check", "-D", f"B={B}", "-D", f"NQ={NQ}",
+                                "-D", f"NK={NK}"], capture_output=True, text=True)
+            fd = [x for x in r.stdout.splitlines() if "central differences" in x]
+            print(f"{'ok  ' if r.returncode == 0 and fd else 'FAIL'} case {n} backward: "
+                  f"{fd[0].split(':', 1)[0].strip() if fd else r.stdout + r.stderr}")
     for bad in ({"layout": "nhd"}, {"window": (3,)}, {"window": (-2, 0)}, {"window": (1.5, 0)},
                 {"softcap": -1.0}, {"scale": float("nan")}, {"softcap": True}):
         try:
@@ -120,6 +161,17 @@ def main():
             print(f"accepted {bad}")
         except AttncError as e:
             print(f"refused {bad}: {e}")
+    for what, score_mod, mask_mod in (
+            ("branch", lambda s, b, h, q, kv: s if q > kv else 0.0, None),
+            ("infinity", lambda s, b, h, q, kv: s - float("inf"), None),
+            ("mask gives a number", None, lambda b, h, q, kv: q - kv),
+            ("score gives a condition", lambda s, b, h, q, kv: q > kv, None),
+            ("& of numbers", None, lambda b, h, q, kv: (q - kv) & 1)):
+        try:
+            trace(score_mod, mask_mod)
+            print(f"accepted {what}")
+        except AttncError as e:
+            print(f"refused {what}: {e}")
 
 
 if __name__ == "__main__":
