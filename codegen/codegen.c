@@ -327,6 +327,38 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
     return true;
 }
 
+/* Appends one block's PTX module to the file's: the first whole, later ones
+ * without LLVM's header (its comment, .version, .target, .address_size) and
+ * without a module-scope declaration the file already has (the dynamic
+ * shared memory every kernel names, `.extern .shared ... attnc_smem[]`). */
+static void append_ptx(FILE *out, const char *ptx, size_t len, bool first, Map *declared, Arena *a) {
+    bool header = !first;
+    for (const char *line = ptx, *end = ptx + len; line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t n = nl ? (size_t)(nl - line) + 1 : (size_t)(end - line);
+        bool skip = false;
+        if (header) {
+            skip = n == 1 || strncmp(line, "//", 2) == 0 || strncmp(line, ".version", 8) == 0 ||
+                   strncmp(line, ".target", 7) == 0 || strncmp(line, ".address_size", 13) == 0;
+            header = skip;
+        }
+        if (!skip && (strncmp(line, ".extern", 7) == 0 || strncmp(line, ".global", 7) == 0 ||
+                      strncmp(line, ".shared", 7) == 0 || strncmp(line, ".const", 6) == 0)) {
+            const char *decl = arena_strndup(a, line, n);
+            skip = map_get(declared, decl) != NULL;
+            map_put(a, declared, decl, (void *)decl);
+        }
+        if (!skip)
+            fwrite(line, 1, n, out);
+        line += n;
+    }
+}
+
+/* Each block's kernels are an LLVM module of their own, optimised and
+ * emitted on their own and freed before the next: the compile's time and
+ * memory grow with one block, not with the file (a module of all blocks
+ * held every block's IR through O3 and emission: 2.8 MB a small mlp block).
+ * -emit=llvm prints the modules one after another. */
 bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit emit, char **text,
                     size_t *len) {
     const CgTarget *t = cg_target(target_lookup(arch));
@@ -334,36 +366,44 @@ bool codegen_module(Arena *a, Diag *d, Op *module, const char *arch, CodegenEmit
         diag_plain(d, "no code generator for target '%s' yet (codegen targets: %s)", arch, target_codegen_names());
         return false;
     }
-    LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("attnc", ctx);
-    StrBuf man;
+    StrBuf man, body;
     strbuf_open(&man);
+    strbuf_open(&body);
     fprintf(man.f, "// attnc-manifest %d\n// target name=%s\n", ATTNC_MANIFEST_VERSION, arch);
-    bool ok = true;
+    Map declared;
+    map_init(&declared, true);
+    bool ok = true, first = true;
     for_each_op(func, op_body(module)) {
         if (func->kind != OP_FUNC)
             continue;
-        if (!(ok = block(t, a, d, ctx, mod, func, man.f)))
+        LLVMContextRef ctx = LLVMContextCreate();
+        LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(op_attr(func, "sym_name")->s, ctx);
+        char *part = NULL;
+        size_t plen = 0;
+        ok = block(t, a, d, ctx, mod, func, man.f) && ptx_emit(a, d, mod, arch, emit == CG_EMIT_LLVM, &part, &plen);
+        LLVMDisposeModule(mod);
+        LLVMContextDispose(ctx);
+        if (!ok)
             break;
+        if (emit == CG_EMIT_LLVM)
+            fwrite(part, 1, plen, body.f);
+        else
+            append_ptx(body.f, part, plen, first, &declared, a);
+        first = false;
     }
-    size_t mlen;
+    size_t mlen, blen;
     char *manifest = strbuf_finish(&man, a, &mlen);
-    char *body = NULL;
-    size_t blen = 0;
-    if (ok)
-        ok = ptx_emit(a, d, mod, arch, emit == CG_EMIT_LLVM, &body, &blen);
-    LLVMDisposeModule(mod);
-    LLVMContextDispose(ctx);
+    char *ptx = strbuf_finish(&body, a, &blen);
     if (!ok)
         return false;
     if (emit == CG_EMIT_LLVM) {
-        *text = body;
+        *text = ptx;
         *len = blen;
         return true;
     }
     *len = mlen + blen;
     *text = arena_alloc(a, *len + 1);
     memcpy(*text, manifest, mlen);
-    memcpy(*text + mlen, body, blen);
+    memcpy(*text + mlen, ptx, blen);
     return true;
 }
