@@ -18,7 +18,8 @@ the logits at real tokens, the loss and every parameter gradient, as the
 largest relative L2 difference from SDPA; attnc's must be within 2x
 eager's + 1e-3. With padding, four decoding steps through the KV cache
 (one-token queries against the cache: bottom-right causal, padding keys
-hidden) are held to the same rule. Refused: attention dropout in training.
+hidden) are held to the same rule. Refused: attention dropout in training,
+packed sequences (one row whose position_ids restart).
 """
 import os
 import sys
@@ -114,17 +115,21 @@ def compare(kind, dtype, padded, lines):
 
 
 def refusals(dtype, lines):
-    model = build("llama", "attnc", dtype, attention_dropout=0.1)
-    model.train()
     ids = torch.randint(0, 1000, (1, 64), device="cuda")
-    try:
-        model(input_ids=ids, labels=ids)
-        lines.append("FAIL dropout in training accepted")
-        return False
-    except attnc.AttncError as e:
-        good = "dropout" in str(e)
-        lines.append(f"{'ok  ' if good else 'FAIL'} refused: {e}")
-        return good
+    packed = torch.cat([torch.arange(20), torch.arange(44)]).view(1, 64).to("cuda")   # two sequences in one row
+    ok = True
+    for what, model, kwargs, needle in (
+            ("dropout in training", build("llama", "attnc", dtype, attention_dropout=0.1).train(), {}, "dropout"),
+            ("packed sequences", build("llama", "attnc", dtype), {"position_ids": packed}, "packed")):
+        try:
+            model(input_ids=ids, labels=ids, **kwargs)
+            lines.append(f"FAIL {what} accepted")
+            ok = False
+        except attnc.AttncError as e:
+            good = needle in str(e)
+            ok &= good
+            lines.append(f"{'ok  ' if good else 'FAIL'} refused {what}: {e}")
+    return ok
 
 
 def main():

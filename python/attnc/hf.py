@@ -19,7 +19,8 @@ queries at padding positions get o = 0.
 
 Refused with AttncError, never computed otherwise: dropout during training,
 a 4-D mask (a model that builds its own), and packed sequences
-(cu_seq_lens in the call).
+(cu_seq_lens in the call, or a batch of one row whose position_ids
+restart, as transformers' DataCollatorWithFlattening makes it).
 """
 
 
@@ -36,6 +37,18 @@ def padding_mask(attention_mask=None, kv_length=None, **kwargs):
     return None if bool(attention_mask.all()) else attention_mask
 
 
+def _packed(module, query, attention_mask, kwargs):
+    """Whether the batch is sequences packed into one row, as transformers
+    finds them (DataCollatorWithFlattening: batch 1, no mask, position_ids
+    that restart): looked at in the first layer only (one read of the
+    device a forward, and none at batch sizes above 1 or in decoding)."""
+    pos = kwargs.get("position_ids")
+    if (pos is None or attention_mask is not None or query.shape[0] != 1 or query.shape[2] < 2 or
+            getattr(module, "layer_idx", 0) != 0 or pos.shape[-1] != query.shape[2]):
+        return False
+    return bool((pos.reshape(-1).diff() != 1).any())
+
+
 def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
                       softcap=None, is_causal=None, **kwargs):
     """transformers' attention function signature: (o [B, N, H, Dv], None)."""
@@ -44,8 +57,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if dropout:
         raise AttncError(f"attnc has no attention dropout; the model asks for {dropout} "
                          "(set the config's attention_dropout to 0.0)")
-    if "cu_seq_lens_q" in kwargs or "cu_seq_lens_k" in kwargs:
-        raise AttncError("attnc does not take packed sequences (cu_seq_lens); pad the batch instead")
+    if "cu_seq_lens_q" in kwargs or "cu_seq_lens_k" in kwargs or _packed(module, query, attention_mask, kwargs):
+        raise AttncError("attnc does not take packed sequences (cu_seq_lens, or position_ids that restart "
+                         "within a row); pad the batch instead")
     if attention_mask is not None and attention_mask.dim() != 2:
         raise AttncError(f"attnc takes the [batch, keys] padding mask its mask function gives, not a "
                          f"{attention_mask.dim()}-D mask {tuple(attention_mask.shape)}")
