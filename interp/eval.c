@@ -197,6 +197,7 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_DIM: return eval_scalar_op(in, op);
     case OP_ATTENTION: return eval_attention(in, op);
     case OP_FUSED_GEMM: return eval_fused_gemm(in, op);
+    case OP_FUSED_MAP: return eval_fused_map(in, op);
     case OP_LAUNCH: return eval_launch(in, op);
     case OP_CHOOSE:   /* (both launches ran: each variant is checked at every size) */
         map_put(in->arena, &in->values, op->results[0],

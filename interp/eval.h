@@ -69,6 +69,7 @@ bool eval_scalar_op(Interp *in, const Op *op);
 bool eval_attention(Interp *in, const Op *op);
 bool eval_attention_backward(Interp *in, const Op *op);
 bool eval_fused_gemm(Interp *in, const Op *op);
+bool eval_fused_map(Interp *in, const Op *op);
 
 /* ---- eval_tile.c ---- */
 /* A copy is only recorded when issued; it lands when a tile.wait for it (or

@@ -318,3 +318,38 @@ bool eval_fused_gemm(Interp *in, const Op *op) {
     }
     return eval_set_result(in, op, r);
 }
+
+/* attn.fused_map: the region on each element of the result, fed the
+ * operands' elements (broadcast to the result's shape). */
+bool eval_fused_map(Interp *in, const Op *op) {
+    Tensor *r = eval_new_result(in, op);
+    if (!r)
+        return false;
+    int n = op->noperands;
+    if (n > 16)
+        return eval_fail(in, op, "the interpreter takes at most 16 operands of an attn.fused_map");
+    Plan plan = {0};
+    if (!plan_region(in, op->regions[0].blocks[0], &plan))
+        return false;
+    int64_t strides[16][MAX_RANK], idx[MAX_RANK] = {0};
+    Tensor *x[16];
+    for (int i = 0; i < n; i++) {
+        x[i] = eval_get(in, op->operands[i]);
+        broadcast_strides(x[i], r->rank, strides[i]);
+    }
+    for (int64_t e = 0; e < r->size; e++) {
+        for (int i = 0; i < n; i++) {
+            int64_t off = 0;
+            for (int d = 0; d < r->rank; d++)
+                off += idx[d] * strides[i][d];
+            plan.slots[i] = x[i]->data[off];
+        }
+        double y;
+        if (!run_plan(in, &plan, &y))
+            return false;
+        r->data[e] = eval_round(in, r->dtype, y);
+        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    return eval_set_result(in, op, r);
+}

@@ -261,9 +261,10 @@ static void verify_return_(Verifier *v, Op *op) {
 static void verify_yield(Verifier *v, Op *op) {
     Op *parent = op->parent && op->parent->parent ? op->parent->parent->parent : NULL;
     if (!parent || (parent->kind != OP_SCORE_MOD && parent->kind != OP_MASK &&
-                    parent->kind != OP_ATTENTION && parent->kind != OP_ATTENTION_BWD && parent->kind != OP_FUSED_GEMM))
+                    parent->kind != OP_ATTENTION && parent->kind != OP_ATTENTION_BWD && parent->kind != OP_FUSED_GEMM &&
+                    parent->kind != OP_FUSED_MAP))
         op_error(v, op, "must end a region of attn.score_mod, attn.mask, attn.attention, "
-                        "attn.attention_backward or attn.fused_gemm");
+                        "attn.attention_backward, attn.fused_gemm or attn.fused_map");
 }
 
 static void verify_matmul(Verifier *v, Op *op) {
@@ -490,6 +491,28 @@ static void verify_fused_gemm(Verifier *v, Op *op) {
     }
     verify_region_signature(v, op, 0, n + nextra, args, r->elem, false);
 }
+/* attn.fused_map(x0, x1, ...) ({^bb0(e0, e1, ...): ...}): an elementwise
+ * chain as one op, the region computing an element of the result from the
+ * operands' elements (each broadcast to the result's shape). */
+static void verify_fused_map(Verifier *v, Op *op) {
+    const Type *r = op->results[0]->type;
+    if (!is_tensor(r)) {
+        op_error(v, op, "the result must be a tensor");
+        return;
+    }
+    ScalarKind *args = NEW_ARRAY(&v->arena, ScalarKind, op->noperands);
+    for (int i = 0; i < op->noperands; i++) {
+        const Type *t = op->operands[i]->type;
+        if (t->kind != TY_SCALAR && !broadcasts_to(t, r)) {
+            op_error(v, op, "operand %d of type %s does not broadcast to the result type %s", i, type_str(v, t),
+                     type_str(v, r));
+            return;
+        }
+        args[i] = t->elem;
+    }
+    verify_region_signature(v, op, 0, op->noperands, args, r->elem, false);
+}
+
 static void verify_mask(Verifier *v, Op *op) { verify_hook(v, op, 0, SK_I1); }
 
 static void verify_same_type(Verifier *v, Op *op) {

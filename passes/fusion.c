@@ -28,6 +28,14 @@
  *   %h = arith.mul(%a, %u)              }) {acc = f32, num_b = 2}
  *   %y = arith.add(%h, %b)
  *
+ * Elementwise chains no epilogue took become one attn.fused_map each (a row
+ * kernel, not one kernel and one temporary an op):
+ *
+ *   %a = arith.add(%m, %eps)            %r = attn.fused_map(%h, %m, %w) ({
+ *   %b = math.rsqrt(%a)           ==>   ^bb0(%e0: f16, %e1: f16, %e2: f16):
+ *   %c = arith.mul(%h, %b)                ... attn.yield
+ *   %r = arith.mul(%c, %w)              })
+ *
  * Requires: verified attn IR. Guarantees: the same values, in emulation bit
  * for bit, except that an attention written with f16 scores in an mlp block
  * gets its scores in the accumulator type (more precise, never less).
@@ -475,6 +483,154 @@ static bool fuse_one_gemm(Fuser *f, Block *body) {
     return false;
 }
 
+/* ---- elementwise maps -------------------------------------------------------
+ * What no GEMM epilogue took: a chain of elementwise ops over tensors, each
+ * but the last used once and by the chain, becomes one attn.fused_map whose
+ * region computes an element of the last op's result from the chain's
+ * inputs' elements (a row kernel; one op a kernel before, each with its own
+ * temporary). At most MAP_INPUTS inputs (the interpreter's limit, and half of
+ * libattnrt's tensors). */
+enum { MAP_INPUTS = 16 };
+
+static bool is_map_op(const Op *op) {
+    return op_kind_has(op->kind, OPF_ELEMENTWISE) && !op_kind_has(op->kind, OPF_INDEX) && op->nresults == 1 &&
+           op->results[0]->type->kind == TY_TENSOR;
+}
+
+/* A growing chain: its ops and the values it reads from outside (inputs),
+ * each with a map to its position (+1) for constant-time lookups; an input
+ * the chain comes to compute itself is blanked (NULL) in place. */
+typedef struct MapGroup {
+    PtrVec ops;      /* Op* */
+    PtrVec inputs;   /* Value* or NULL: tensors and non-constant scalars the chain reads */
+    Map op_at, input_at;
+    int ninputs;
+} MapGroup;
+
+static bool listed(const PtrVec *v, const Map *at, const void *x) {
+    intptr_t i = (intptr_t)map_get(at, x) - 1;
+    return i >= 0 && i < v->len && v->items[i] == x;
+}
+
+static void list(Arena *a, PtrVec *v, Map *at, void *x) {
+    vec_push(a, v, x);
+    map_put(a, at, x, (void *)(intptr_t)v->len);
+}
+
+static bool is_input(MapGroup *g, const Value *w) { return listed(&g->inputs, &g->input_at, w); }
+
+static bool reads_from_outside(const Value *w) { return !(w->def && w->def->kind == OP_CONSTANT); }
+
+/* Grows the chain from its last op breadth first: an input made by an
+ * elementwise op used once (by the chain) joins it, when the inputs that op
+ * brings keep them within MAP_INPUTS. No recursion: a chain of any length
+ * is one map. */
+static void grow_map(Fuser *f, Block *body, MapGroup *g, Op *last) {
+    list(f->a, &g->ops, &g->op_at, last);
+    for (int i = 0; i < last->noperands; i++)
+        if (reads_from_outside(last->operands[i]) && !is_input(g, last->operands[i])) {
+            list(f->a, &g->inputs, &g->input_at, last->operands[i]);
+            g->ninputs++;
+        }
+    for (int next = 0; next < g->inputs.len; next++) {   /* inputs, in the order found, as the worklist */
+        Value *w = g->inputs.items[next];
+        Op *p = w ? w->def : NULL;
+        if (!p || p->parent != body || !is_map_op(p) || nuses(f, w) != 1)
+            continue;
+        int brings = 0;
+        for (int i = 0; i < p->noperands; i++) {
+            Value *x = p->operands[i];
+            bool seen = false;
+            for (int j = 0; j < i; j++)
+                seen |= p->operands[j] == x;
+            brings += reads_from_outside(x) && !is_input(g, x) && !seen;
+        }
+        if (g->ninputs - 1 + brings > MAP_INPUTS)
+            continue;
+        list(f->a, &g->ops, &g->op_at, p);
+        g->inputs.items[next] = NULL;
+        g->ninputs--;
+        for (int i = 0; i < p->noperands; i++)
+            if (reads_from_outside(p->operands[i]) && !is_input(g, p->operands[i])) {
+                list(f->a, &g->inputs, &g->input_at, p->operands[i]);
+                g->ninputs++;
+            }
+    }
+}
+
+static void fuse_map(Fuser *f, Block *body, Op *last, MapGroup *g) {
+    Type *rt = last->results[0]->type;
+    Value **inputs = NEW_ARRAY(f->a, Value *, g->ninputs + 1);
+    int n = 0;
+    for (int i = 0; i < g->inputs.len; i++)
+        if (g->inputs.items[i])
+            inputs[n++] = g->inputs.items[i];
+    Op *m = op_create(f->a, OP_FUSED_MAP, n, inputs, 1, &rt, 1);
+    m->loc = last->loc;
+    Block *b = region_add_block(f->a, &m->regions[0]);
+    Map scalar;   /* value outside -> scalar value in the region */
+    map_init(&scalar, false);
+    for (int i = 0; i < n; i++)
+        map_put(f->a, &scalar, inputs[i], block_add_arg(f->a, b, type_scalar(f->a, inputs[i]->type->elem), NULL));
+    for_each_op(op, body) {   /* the chain's ops in the body's order */
+        if (!listed(&g->ops, &g->op_at, op))
+            continue;
+        Value **operands = NEW_ARRAY(f->a, Value *, op->noperands);
+        for (int j = 0; j < op->noperands; j++) {
+            Value *w = op->operands[j];
+            Value *sv = map_get(&scalar, w);
+            if (!sv) {   /* a constant: cloned into the region */
+                Type *t = w->type;
+                Op *k = op_create(f->a, OP_CONSTANT, 0, NULL, 1, &t, 0);
+                k->loc = w->def->loc;
+                op_set_attr(f->a, k, "value", op_attr(w->def, "value"));
+                block_append(b, k);
+                sv = k->results[0];
+                map_put(f->a, &scalar, w, sv);
+            }
+            operands[j] = sv;
+        }
+        Type *t = type_scalar(f->a, op->results[0]->type->elem);
+        Op *x = op_create(f->a, op->kind, op->noperands, operands, 1, &t, 0);
+        x->loc = op->loc;
+        x->attrs = op->attrs;
+        x->nattrs = op->nattrs;
+        block_append(b, x);
+        map_put(f->a, &scalar, op->results[0], x->results[0]);
+    }
+    Value *y = map_get(&scalar, last->results[0]);
+    block_append(b, op_create(f->a, OP_YIELD, 1, &y, 0, NULL, 0));
+    op_insert_before(last, m);
+    m->results[0]->name = last->results[0]->name;
+    replace_all_uses(f->func, last->results[0], m->results[0]);
+}
+
+/* The last op of a chain: an elementwise op whose result is not used once
+ * by another (that one's chain takes it). */
+static bool fuse_one_map(Fuser *f, Block *body) {
+    Map user_of;   /* a value -> an op of the body that uses it (sole_user's answer where it has one use) */
+    map_init(&user_of, false);
+    for_each_op(op, body)
+        for (int i = 0; i < op->noperands; i++)
+            map_put(f->a, &user_of, op->operands[i], op);
+    for_each_op(op, body) {
+        if (!is_map_op(op))
+            continue;
+        Op *user = nuses(f, op->results[0]) == 1 ? map_get(&user_of, op->results[0]) : NULL;
+        if (user && is_map_op(user))
+            continue;
+        MapGroup g = {0};
+        map_init(&g.op_at, false);
+        map_init(&g.input_at, false);
+        grow_map(f, body, &g, op);
+        if (g.ops.len < 2)
+            continue;
+        fuse_map(f, body, op, &g);
+        return true;
+    }
+    return false;
+}
+
 /* Fuses until nothing more matches; uses are recounted and the dead ops
  * removed after each fusion, since each one changes both. */
 static void fixpoint(Fuser *f, bool (*fuse_one)(Fuser *, Block *)) {
@@ -492,6 +648,7 @@ static void fuse_func(Fuser *f) {
     fixpoint(f, fuse_one_backward);
     fixpoint(f, fuse_one_attention);   /* first: its matmuls are not GEMM epilogues */
     fixpoint(f, fuse_one_gemm);
+    fixpoint(f, fuse_one_map);   /* last: what the GEMMs' epilogues did not take */
 }
 
 static bool run(Op *module, PassContext *ctx, bool drop_mask) {

@@ -10,7 +10,10 @@ static const Pass registry[] = {
     {"cse", "replace a pure op equal to an earlier one by that one", pass_cse},
     {"test-dce-stores", "(tests only) dce that also removes stores, whose results nobody uses", pass_test_dce_stores},
     {"test-cse-ignore-attrs", "(tests only) cse comparing ops without their attributes", pass_test_cse_ignore_attrs},
-    {"fusion", "attention -> attn.attention; GEMM + elementwise epilogue -> attn.fused_gemm", pass_fusion},
+    {"fusion",
+     "attention -> attn.attention; GEMM + elementwise epilogue -> attn.fused_gemm; elementwise chains -> "
+     "attn.fused_map",
+     pass_fusion},
     {"test-fusion-drop-mask", "(tests only) fusion that leaves the attention mask out", pass_test_fusion_drop_mask},
     {"mask-analysis", "record the affine key range a mask allows on attn.attention", pass_mask_analysis},
     {"test-mask-analysis-shrink", "(tests only) mask-analysis with bounds 64 keys too tight", pass_test_mask_analysis_shrink},

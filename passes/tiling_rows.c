@@ -6,7 +6,8 @@
 #include <string.h>
 
 /* ---- everything else: row kernels ------------------------------------------------
- * An elementwise op, a reduction or a softmax over the last axis, on tensors
+ * An elementwise op (or a chain of them: attn.fused_map, its region
+ * vectorised onto the tiles), a reduction or a softmax over the last axis, on tensors
  * of rank 1 or 2 whose last dimension is a number, becomes a kernel with a
  * program per RB rows, each holding whole rows [RB, N] in one tile. RB is the
  * target's row_block (target.c): 2 where the code generator keeps a tile in
@@ -16,7 +17,8 @@
 static int64_t row_block(const char *arch) { return target_lookup(arch)->row_block; }
 
 bool is_row_op(const Op *op) {
-    bool elementwise = op_kind_has(op->kind, OPF_ELEMENTWISE) && !op_kind_has(op->kind, OPF_INDEX);
+    bool elementwise = (op_kind_has(op->kind, OPF_ELEMENTWISE) && !op_kind_has(op->kind, OPF_INDEX)) ||
+                       op->kind == OP_FUSED_MAP;
     if (!elementwise && op->kind != OP_REDUCE && op->kind != OP_SOFTMAX)
         return false;
     const Type *r = op->results[0]->type;
@@ -70,7 +72,7 @@ bool tile_rows(PassContext *ctx, Op *func, Op *op) {
     Op *l = new_launch(&outer, op, grid, tensors.len, (Value **)tensors.items, &args);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, op->loc};
     Value *r0 = b_bin(&b, OP_MUL, args[1], b_index(&b, RB));
-    Value *x[3];
+    Value **x = NEW_ARRAY(ctx->arena, Value *, op->noperands + 1);
     int ti = 0;
     for (int i = 0; i < op->noperands; i++) {
         Value *v = op->operands[i];
@@ -106,6 +108,10 @@ bool tile_rows(PassContext *ctx, Op *func, Op *op) {
                 y = b_bin(&b, OP_ADD, m, b_unary(&b, OP_LOG, s));
         }
         y = b_cast(&b, y, rt->elem);
+    } else if (op->kind == OP_FUSED_MAP) {   /* the region on the rows' tiles */
+        Map none;
+        map_init(&none, false);
+        y = vectorise(&b, op->regions[0].blocks[0], x, &none);
     } else {
         Type *yt = type_scalar(b.a, rt->elem);
         for (int i = 0; i < op->noperands; i++)
