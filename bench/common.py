@@ -38,6 +38,16 @@ def use_kit(kit):
     return os.environ["ATTNC"]
 
 
+def use_arch(arch):
+    """attnc.attention (and what calls it: attnc.register_transformers())
+    compiles for `arch` instead of the GPU's own target (functional.target_of):
+    sm_70 and sm_80 PTX run on newer GPUs, so one Hopper checks all three.
+    None: the GPU's."""
+    if arch:
+        from attnc import functional
+        functional.target_of = lambda device: arch
+
+
 def geomean(xs):
     xs = list(xs)
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")

@@ -255,9 +255,8 @@ def main():
     ap.add_argument("--dtype", default="f16", choices=("f16", "bf16"))
     args = ap.parse_args()
     common.use_kit(args.kit)
-    if args.arch:
-        functional.target_of = lambda device: args.arch
-    arch = args.arch or functional.target_of(torch.device("cuda"))
+    common.use_arch(args.arch)
+    arch = functional.target_of(torch.device("cuda"))
     dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
     gc.DT = dtype
     os.makedirs(args.out, exist_ok=True)

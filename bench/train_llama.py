@@ -66,16 +66,14 @@ def grads(model, ids):
     return loss.item(), {n: p.grad.float() for n, p in model.named_parameters()}
 
 
-def step_ms(model, ids, steps):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+def median_ms(fn, steps):
+    """fn()'s median time in ms over `steps` runs after 3 warm-up ones, timed
+    with CUDA events."""
     times = []
     for i in range(steps + 3):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        fn()
         end.record()
         torch.cuda.synchronize()
         if i >= 3:
@@ -83,19 +81,21 @@ def step_ms(model, ids, steps):
     return statistics.median(times)
 
 
+def step_ms(model, ids, steps):
+    """A training step: forward, backward, AdamW step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return median_ms(step, steps)
+
+
 def prefill_ms(model, ids, steps):
-    """The median forward of the batch with no gradient (a prefill)."""
-    times = []
+    """A forward of the batch with no gradient (a prefill)."""
     with torch.no_grad():
-        for i in range(steps + 3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            model(input_ids=ids)
-            end.record()
-            torch.cuda.synchronize()
-            if i >= 3:
-                times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        return median_ms(lambda: model(input_ids=ids), steps)
 
 
 def main():
@@ -106,9 +106,7 @@ def main():
     args = ap.parse_args()
     common.use_kit(args.kit)
     os.makedirs(args.out, exist_ok=True)
-    if args.arch:
-        from attnc import functional
-        functional.target_of = lambda device: args.arch
+    common.use_arch(args.arch)
     attnc.register_transformers()
 
     from torch.nn.attention import SDPBackend, sdpa_kernel

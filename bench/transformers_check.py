@@ -138,9 +138,7 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "f16"))
     args = ap.parse_args()
     common.use_kit(args.kit)
-    if args.arch:
-        from attnc import functional
-        functional.target_of = lambda device: args.arch
+    common.use_arch(args.arch)
     attnc.register_transformers()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     lines, ok = [], True

@@ -258,6 +258,32 @@ bool eval_attention_backward(Interp *in, const Op *op) {
     return true;
 }
 
+/* The region `blk` on each element of r, its argument i fed ins[i]'s element
+ * (broadcast to r's shape), rounded to r's type: op's result. */
+static bool map_region(Interp *in, const Op *op, const Block *blk, Tensor *r, Tensor **ins, int n) {
+    Plan plan = {0};
+    if (!plan_region(in, blk, &plan))
+        return false;
+    int64_t *strides = NEW_ARRAY(in->arena, int64_t, (size_t)(n + 1) * MAX_RANK), idx[MAX_RANK] = {0};
+    for (int i = 0; i < n; i++)
+        broadcast_strides(ins[i], r->rank, strides + i * MAX_RANK);
+    for (int64_t e = 0; e < r->size; e++) {
+        for (int i = 0; i < n; i++) {
+            int64_t off = 0;
+            for (int d = 0; d < r->rank; d++)
+                off += idx[d] * strides[i * MAX_RANK + d];
+            plan.slots[i] = ins[i]->data[off];
+        }
+        double y;
+        if (!run_plan(in, &plan, &y))
+            return false;
+        r->data[e] = eval_round(in, r->dtype, y);
+        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
+            idx[d] = 0;
+    }
+    return eval_set_result(in, op, r);
+}
+
 /* attn.fused_gemm: each product a @ b_i (b_i a 2-D weight, [K, N] or with
  * b_transposed [N, K]) as attn.matmul computes it, rounded to the region's
  * argument type; then the region per output element. */
@@ -270,13 +296,15 @@ bool eval_fused_gemm(Interp *in, const Op *op) {
     ScalarKind acc = op_attr(op, "acc")->type->elem;
     Tensor *a = eval_get(in, op->operands[0]);
     int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1], N = r->dims[r->rank - 1];
-    Tensor **prod = NEW_ARRAY(in->arena, Tensor *, n);
+    if (nextra > 16)
+        return eval_fail(in, op, "the interpreter takes at most 16 extra operands");
+    Tensor **ins = NEW_ARRAY(in->arena, Tensor *, n + nextra);   /* the region's: the products, then the extras */
     for (int i = 0; i < n; i++) {
         Tensor *b = eval_get(in, op->operands[1 + i]);
         int64_t sk = N, sn = 1;   /* b's strides along K and N */
         if (gemm_weight_transposed(op, i))
             sk = 1, sn = K;
-        prod[i] = tensor_new(in->arena, blk->args[i]->type->elem, r->rank, r->dims);
+        Tensor *prod = ins[i] = tensor_new(in->arena, blk->args[i]->type->elem, r->rank, r->dims);
         int64_t mn = M * N, nbatch = mn > 0 ? r->size / mn : 0;
         for (int64_t bt = 0; bt < nbatch; bt++) {   /* b is a 2-D weight: no batch */
             const double *A = a->data + bt * M * K, *Bm = b->data;
@@ -285,38 +313,13 @@ bool eval_fused_gemm(Interp *in, const Op *op) {
                     double sum = 0;
                     for (int64_t k2 = 0; k2 < K; k2++)
                         sum = eval_round(in, acc, sum + A[m * K + k2] * Bm[k2 * sk + c * sn]);
-                    prod[i]->data[(bt * M + m) * N + c] = eval_round(in, prod[i]->dtype, sum);
+                    prod->data[(bt * M + m) * N + c] = eval_round(in, prod->dtype, sum);
                 }
         }
     }
-    Plan plan = {0};
-    if (!plan_region(in, blk, &plan))
-        return false;
-    int64_t strides[16][MAX_RANK], idx[MAX_RANK] = {0};
-    if (nextra > 16)
-        return eval_fail(in, op, "the interpreter takes at most 16 extra operands");
-    Tensor **extra = NEW_ARRAY(in->arena, Tensor *, nextra + 1);
-    for (int i = 0; i < nextra; i++) {
-        extra[i] = eval_get(in, op->operands[1 + n + i]);
-        broadcast_strides(extra[i], r->rank, strides[i]);
-    }
-    for (int64_t e = 0; e < r->size; e++) {
-        for (int i = 0; i < n; i++)
-            plan.slots[i] = prod[i]->data[e];
-        for (int i = 0; i < nextra; i++) {
-            int64_t off = 0;
-            for (int d = 0; d < r->rank; d++)
-                off += idx[d] * strides[i][d];
-            plan.slots[n + i] = extra[i]->data[off];
-        }
-        double x;
-        if (!run_plan(in, &plan, &x))
-            return false;
-        r->data[e] = eval_round(in, r->dtype, x);
-        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
-            idx[d] = 0;
-    }
-    return eval_set_result(in, op, r);
+    for (int i = 0; i < nextra; i++)
+        ins[n + i] = eval_get(in, op->operands[1 + n + i]);
+    return map_region(in, op, blk, r, ins, n + nextra);
 }
 
 /* attn.fused_map: the region on each element of the result, fed the
@@ -328,28 +331,8 @@ bool eval_fused_map(Interp *in, const Op *op) {
     int n = op->noperands;
     if (n > 16)
         return eval_fail(in, op, "the interpreter takes at most 16 operands of an attn.fused_map");
-    Plan plan = {0};
-    if (!plan_region(in, op->regions[0].blocks[0], &plan))
-        return false;
-    int64_t strides[16][MAX_RANK], idx[MAX_RANK] = {0};
-    Tensor *x[16];
-    for (int i = 0; i < n; i++) {
-        x[i] = eval_get(in, op->operands[i]);
-        broadcast_strides(x[i], r->rank, strides[i]);
-    }
-    for (int64_t e = 0; e < r->size; e++) {
-        for (int i = 0; i < n; i++) {
-            int64_t off = 0;
-            for (int d = 0; d < r->rank; d++)
-                off += idx[d] * strides[i][d];
-            plan.slots[i] = x[i]->data[off];
-        }
-        double y;
-        if (!run_plan(in, &plan, &y))
-            return false;
-        r->data[e] = eval_round(in, r->dtype, y);
-        for (int d = r->rank - 1; d >= 0 && ++idx[d] == r->dims[d]; d--)
-            idx[d] = 0;
-    }
-    return eval_set_result(in, op, r);
+    Tensor **ins = NEW_ARRAY(in->arena, Tensor *, n);
+    for (int i = 0; i < n; i++)
+        ins[i] = eval_get(in, op->operands[i]);
+    return map_region(in, op, op->regions[0].blocks[0], r, ins, n);
 }

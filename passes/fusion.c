@@ -378,6 +378,34 @@ static void grow_chain(Fuser *f, Block *body, Op *first, Chain *c) {
     }
 }
 
+/* op as the scalar op of a fused region b computing one element: its
+ * operands through `scalar` (tensor value -> the region's scalar), a
+ * constant cloned into the region at its first use; its result recorded. */
+static void append_scalar_op(Fuser *f, Block *b, Map *scalar, const Op *op) {
+    Value **operands = NEW_ARRAY(f->a, Value *, op->noperands);
+    for (int j = 0; j < op->noperands; j++) {
+        Value *w = op->operands[j];
+        Value *s = map_get(scalar, w);
+        if (!s) {
+            Type *t = w->type;
+            Op *k = op_create(f->a, OP_CONSTANT, 0, NULL, 1, &t, 0);
+            k->loc = w->def->loc;
+            op_set_attr(f->a, k, "value", op_attr(w->def, "value"));
+            block_append(b, k);
+            s = k->results[0];
+            map_put(f->a, scalar, w, s);
+        }
+        operands[j] = s;
+    }
+    Type *rt = type_scalar(f->a, op->results[0]->type->elem);
+    Op *x = op_create(f->a, op->kind, op->noperands, operands, 1, &rt, 0);
+    x->loc = op->loc;
+    x->attrs = op->attrs;
+    x->nattrs = op->nattrs;
+    block_append(b, x);
+    map_put(f->a, scalar, op->results[0], x->results[0]);
+}
+
 /* The region: products and extras as arguments, each chain op as a scalar op. */
 static void build_epilogue(Fuser *f, Op *gemm, Chain *c) {
     Block *b = region_add_block(f->a, &gemm->regions[0]);
@@ -391,31 +419,8 @@ static void build_epilogue(Fuser *f, Op *gemm, Chain *c) {
         Value *e = c->extras.items[i];
         map_put(f->a, &scalar, e, block_add_arg(f->a, b, type_scalar(f->a, e->type->elem), NULL));
     }
-    for (int i = 0; i < c->ops.len; i++) {
-        Op *op = c->ops.items[i];
-        Value *operands[3];
-        for (int j = 0; j < op->noperands; j++) {
-            Value *w = op->operands[j];
-            Value *s = map_get(&scalar, w);
-            if (!s) {   /* a constant: cloned into the region */
-                Type *t = w->type;
-                Op *k = op_create(f->a, OP_CONSTANT, 0, NULL, 1, &t, 0);
-                k->loc = w->def->loc;
-                op_set_attr(f->a, k, "value", op_attr(w->def, "value"));
-                block_append(b, k);
-                s = k->results[0];
-                map_put(f->a, &scalar, w, s);
-            }
-            operands[j] = s;
-        }
-        Type *rt = type_scalar(f->a, op->results[0]->type->elem);
-        Op *x = op_create(f->a, op->kind, op->noperands, operands, 1, &rt, 0);
-        x->loc = op->loc;
-        x->attrs = op->attrs;
-        x->nattrs = op->nattrs;
-        block_append(b, x);
-        map_put(f->a, &scalar, op->results[0], x->results[0]);
-    }
+    for (int i = 0; i < c->ops.len; i++)
+        append_scalar_op(f, b, &scalar, c->ops.items[i]);
     Value *y = map_get(&scalar, c->last);
     Op *yield = op_create(f->a, OP_YIELD, 1, &y, 0, NULL, 0);
     block_append(b, yield);
@@ -572,32 +577,9 @@ static void fuse_map(Fuser *f, Block *body, Op *last, MapGroup *g) {
     map_init(&scalar, false);
     for (int i = 0; i < n; i++)
         map_put(f->a, &scalar, inputs[i], block_add_arg(f->a, b, type_scalar(f->a, inputs[i]->type->elem), NULL));
-    for_each_op(op, body) {   /* the chain's ops in the body's order */
-        if (!listed(&g->ops, &g->op_at, op))
-            continue;
-        Value **operands = NEW_ARRAY(f->a, Value *, op->noperands);
-        for (int j = 0; j < op->noperands; j++) {
-            Value *w = op->operands[j];
-            Value *sv = map_get(&scalar, w);
-            if (!sv) {   /* a constant: cloned into the region */
-                Type *t = w->type;
-                Op *k = op_create(f->a, OP_CONSTANT, 0, NULL, 1, &t, 0);
-                k->loc = w->def->loc;
-                op_set_attr(f->a, k, "value", op_attr(w->def, "value"));
-                block_append(b, k);
-                sv = k->results[0];
-                map_put(f->a, &scalar, w, sv);
-            }
-            operands[j] = sv;
-        }
-        Type *t = type_scalar(f->a, op->results[0]->type->elem);
-        Op *x = op_create(f->a, op->kind, op->noperands, operands, 1, &t, 0);
-        x->loc = op->loc;
-        x->attrs = op->attrs;
-        x->nattrs = op->nattrs;
-        block_append(b, x);
-        map_put(f->a, &scalar, op->results[0], x->results[0]);
-    }
+    for_each_op(op, body)   /* the chain's ops in the body's order */
+        if (listed(&g->ops, &g->op_at, op))
+            append_scalar_op(f, b, &scalar, op);
     Value *y = map_get(&scalar, last->results[0]);
     block_append(b, op_create(f->a, OP_YIELD, 1, &y, 0, NULL, 0));
     op_insert_before(last, m);

@@ -26,6 +26,13 @@ import math
 import sys
 
 _FUNCS = ("tanh", "exp", "exp2", "log", "sqrt", "rsqrt", "sigmoid", "relu", "abs")
+# torch.Tensor's operators and functions of two operands -> Sym's method for them
+_TENSOR_OPS = {"__add__": "__add__", "__radd__": "__radd__", "__sub__": "__sub__", "__rsub__": "__rsub__",
+               "__mul__": "__mul__", "__rmul__": "__rmul__", "__truediv__": "__truediv__",
+               "__rtruediv__": "__rtruediv__", "add": "__add__", "sub": "__sub__", "mul": "__mul__",
+               "div": "__truediv__", "__and__": "__and__", "__or__": "__or__", "__eq__": "__eq__",
+               "__ne__": "__ne__", "__lt__": "__lt__", "__le__": "__le__", "__gt__": "__gt__",
+               "__ge__": "__ge__", "logical_and": "__and__", "logical_or": "__or__"}
 
 
 def _error(msg):
@@ -284,15 +291,9 @@ class Tracer:
             lo = kwargs.get("min", args[1] if len(args) > 1 else None)
             hi = kwargs.get("max", args[2] if len(args) > 2 else None)
             return self.clamp(args[0], lo, hi)
-        ops = {"__add__": "__add__", "__radd__": "__radd__", "__sub__": "__sub__", "__rsub__": "__rsub__",
-               "__mul__": "__mul__", "__rmul__": "__rmul__", "__truediv__": "__truediv__",
-               "__rtruediv__": "__rtruediv__", "add": "__add__", "sub": "__sub__", "mul": "__mul__",
-               "div": "__truediv__", "__and__": "__and__", "__or__": "__or__", "__eq__": "__eq__",
-               "__ne__": "__ne__", "__lt__": "__lt__", "__le__": "__le__", "__gt__": "__gt__",
-               "__ge__": "__ge__", "logical_and": "__and__", "logical_or": "__or__"}
-        if name in ops and len(args) == 2 and not kwargs:   # a 0-dim tensor or a number beside a Sym
+        if name in _TENSOR_OPS and len(args) == 2 and not kwargs:   # a 0-dim tensor or a number beside a Sym
             a, b = args
-            return getattr(a if isinstance(a, Sym) else self.lift(a), ops[name])(b)
+            return getattr(a if isinstance(a, Sym) else self.lift(a), _TENSOR_OPS[name])(b)
         raise _error(f"a {self.what} called {getattr(func, '__module__', '') or ''}.{name}, which attnc does not "
                      f"trace (it traces arithmetic, comparisons, & | ~, torch.where, indexing captured tensors "
                      f"and {', '.join(_FUNCS)}, minimum, maximum, clamp)")
