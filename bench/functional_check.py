@@ -104,6 +104,14 @@ CASES = [   # name, B, H, Hkv, NQ, NK, D, Dv, options
     ("flex bias documents", 2, 4, 2, 200, 200, 64, 64, {"mods": "bias_documents"}),
     ("flex tanh where keep", 2, 4, 4, 150, 230, 128, 128, {"mods": "tanh_where_keep", "causal": True}),
     ("flex clamp per head", 1, 8, 2, 170, 170, 64, 64, {"mods": "clamp_per_head"}),
+    # decode: few query rows over many keys, split over the keys where the
+    # programs would not fill the GPU (tiling_attention.c's split_count)
+    ("decode 32/8", 1, 32, 8, 1, 3001, 128, 128, {"causal": True}),
+    ("decode 8/1 q4", 2, 8, 1, 4, 5000, 64, 64, {"causal": True}),
+    ("decode 6/2 q16 window", 1, 6, 2, 16, 2500, 128, 128, {"window": (700, 0)}),
+    ("decode one key", 3, 8, 2, 1, 1, 64, 64, {}),
+    ("decode 16 q16 softcap", 1, 16, 8, 16, 4097, 64, 64, {"softcap": 30.0, "causal": True}),
+    ("decode key mask alibi", 2, 8, 8, 3, 2000, 128, 128, {"key_mask": True, "alibi": "bh"}),
 ]
 
 

@@ -7,8 +7,8 @@
 # the training run (sm_80), attnc.attention (bench/functional_check.py),
 # transformers' Llama and Mistral with attnc (bench/transformers_check.py,
 # bench/train_llama.py), examples/embed, the SASS of the sm_80 and sm_90a kernels,
-# compute-sanitizer memcheck, racecheck and synccheck, then the benchmark (sm_80 and
-# sm_90a). Logs under $OUT (or ./out).
+# compute-sanitizer memcheck, racecheck and synccheck, then the benchmarks (sm_80 and
+# sm_90a: bench.py, decode_bench.py, backward_bench.py). Logs under $OUT (or ./out).
 #
 #   bench/gpu.sh [--quick] [--no-bench] [--no-sm70] [--arch A]... [--pack]
 #   BENCH_ARGS='--schedule "warps(4);"' bench/gpu.sh   (more bench.py options)
@@ -144,6 +144,13 @@ if [ $bench = 1 ]; then
     eval "python3 bench/bench.py --kit $KIT --out \"$OUT/bench-$arch\" --arch $arch $quick $compare ${BENCH_ARGS:-}" \
       > "$OUT/bench-$arch.log" 2>&1 || status=1
     tail -30 "$OUT/bench-$arch.log"
+  done
+  for arch in $archs; do
+    [ $arch = sm_70 ] && continue
+    step "decode benchmark ($arch PTX against SDPA cuDNN / flash, GB/s of K and V)"
+    python3 bench/decode_bench.py --kit $KIT --out "$OUT/bench-decode" --arch $arch $quick > "$OUT/bench-decode-$arch.log" 2>&1 ||
+      status=1
+    tail -12 "$OUT/bench-decode-$arch.log"
   done
   bw_archs=""
   for arch in $archs; do [ $arch = sm_70 ] || bw_archs="$bw_archs --arch $arch"; done

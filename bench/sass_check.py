@@ -70,13 +70,18 @@ def analyse(lines):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--need", action="append", default=[], help="an opcode prefix every kernel must have")
+    ap.add_argument("--need-if-mma", action="store_true",
+                    help="check --need only in kernels that run tensor-core products (a block's row kernels, "
+                         "such as decode's split combine, run none)")
     ap.add_argument("--spills-known", type=int, default=0,
                     help="local-memory instructions inside loops that are known and accepted (at most)")
     args = ap.parse_args()
     status = 0
     for name, lines in kernels(sys.stdin.read()):
         counts, local, in_loops, nloops = analyse(lines)
-        need = {n: sum(c for op, c in counts.items() if op.startswith(n)) for n in args.need}
+        mma = any(op.startswith(("HMMA", "HGMMA")) for op in counts)
+        wanted = args.need if mma or not args.need_if_mma else []
+        need = {n: sum(c for op, c in counts.items() if op.startswith(n)) for n in wanted}
         ok = all(need.values()) and in_loops <= args.spills_known
         status |= not ok
         parts = [f"{n} {c}" for n, c in need.items()] + [f"local memory {local} ({in_loops} inside {nloops} main loops)"]

@@ -40,6 +40,7 @@ static bool host_expr(Diag *d, StrBuf *sb, const Value *v) {
     switch (op->kind) {
     case OP_CONSTANT: fprintf(sb->f, "%lld", (long long)op_attr(op, "value")->i); return true;
     case OP_DIM: fprintf(sb->f, "%s", op_attr(op, "name")->s); return true;
+    case OP_NUM_SMS: fputs("$sms", sb->f); return true;   /* the runtime's device's */
     case OP_ADD: bin = "+"; break;
     case OP_SUB: bin = "-"; break;
     case OP_MUL: bin = "*"; break;
@@ -169,6 +170,74 @@ static const char *unfused_message(Arena *a, const Op *op) {
                                  "evaluates it on the CPU)", op_info[op->kind].name);
 }
 
+/* cond && more, either NULL for "always". */
+static const char *both(Arena *a, const char *cond, const char *more) {
+    return !cond ? more : !more ? cond : arena_printf(a, "(%s&&%s)", cond, more);
+}
+
+/* Which launches run where (tiling's variants, tile.choose): *when maps a
+ * launch to the condition of the dims under which the runtime launches it
+ * (absent: always), *buffer a chosen launch result to the value whose
+ * tensor it writes (the outermost choice's result: both sides write it).
+ * A side of a choice holds its condition (or "(COND==0)") and the
+ * conditions of the choices that pick it in turn; a launch whose results
+ * only other launches read (a split's partial results) runs where those
+ * do, or always where they run under different conditions. */
+static bool launch_conditions(Arena *a, Diag *d, const Block *body, Map *buffer, Map *when) {
+    Map cond, picked, read;   /* value -> its condition, the choice that picks it, a launch that reads it */
+    map_init(&cond, false);
+    map_init(&picked, false);
+    map_init(&read, false);
+    map_init(buffer, false);
+    map_init(when, false);
+    int n = 0;
+    for_each_op(op, body) n++;
+    const Op **ops = NEW_ARRAY(a, const Op *, n + 1);
+    n = 0;
+    for_each_op(op, body) ops[n++] = op;
+    for (int k = n - 1; k >= 0; k--) {   /* users before what they use */
+        const Op *op = ops[k];
+        if (op->kind == OP_CHOOSE) {
+            const char *text = host_text(a, d, op->operands[0]);
+            if (!text)
+                return false;
+            const char *outer = map_get(&cond, op->results[0]);
+            const Value *buf = map_get(buffer, op->results[0]);
+            for (int s = 1; s <= 2; s++) {
+                const Value *v = op->operands[s];
+                if (!v->def || (v->def->kind != OP_LAUNCH && v->def->kind != OP_CHOOSE) || map_get(&picked, v)) {
+                    op_diag(d, NULL, op, "codegen: tile.choose picks between the results of two launches or choices, "
+                                         "each once");
+                    return false;
+                }
+                map_put(a, &picked, v, (void *)op);
+                map_put(a, &cond, v, (void *)both(a, outer, s == 1 ? text : arena_printf(a, "(%s==0)", text)));
+                map_put(a, buffer, v, (void *)(buf ? buf : op->results[0]));
+            }
+        } else if (op->kind == OP_LAUNCH) {
+            const char *c = op->nresults ? map_get(&cond, op->results[0]) : NULL;
+            for (int r = 1; r < op->nresults; r++)
+                if ((map_get(&cond, op->results[r]) != NULL) != (c != NULL) ||
+                    (c && strcmp(c, map_get(&cond, op->results[r])) != 0)) {
+                    op_diag(d, NULL, op, "codegen: a launch's results are chosen under one condition, on one side");
+                    return false;
+                }
+            if (c)
+                map_put(a, when, op, (void *)c);
+            for (int i = 3; i < op->noperands; i++) {   /* what it reads of other launches runs where it does */
+                const Value *v = op->operands[i];
+                if (!v->def || v->def->kind != OP_LAUNCH || map_get(&picked, v))
+                    continue;
+                const char *had = map_get(&cond, v);
+                bool agree = map_get(&read, v) && (had == c || (had && c && strcmp(had, c) == 0));
+                map_put(a, &cond, v, (void *)(!map_get(&read, v) || agree ? c : NULL));
+                map_put(a, &read, v, (void *)op);
+            }
+        }
+    }
+    return true;
+}
+
 /* One block (func): its kernels into mod, its manifest lines into man. */
 static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVMModuleRef mod, const Op *func,
                   FILE *man) {
@@ -184,7 +253,12 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
         add_dims(a, body->args[i]->type, &dims);
     }
     const Op *ret = NULL;
-    for_each_op(op, body) if (op->kind == OP_RETURN) ret = op;
+    for_each_op(op, body) {
+        if (op->kind == OP_RETURN)
+            ret = op;
+        if (op->kind == OP_DEFINE_DIM)   /* computed at the run (a let line), then a dim like the others */
+            vec_push(a, &dims, (void *)op_attr(op, "name")->s);
+    }
     if (!fits_manifest(a, d, func, name, &dims, ins, outs))
         return false;
     fprintf(man, "// block name=%s kind=%s\n// dims names=", name, kind ? kind->s : "-");
@@ -197,27 +271,23 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
         print_tensor(man, "in", ins->elems[i]->s, body->args[i]->type);
     for (int i = 0; ret && i < ret->noperands; i++)
         print_tensor(man, "out", outs->elems[i]->s, ret->operands[i]->type);
-    /* tile.choose: each launch result it picks -> the choose (the two
-     * launches write one buffer, each kernel launched where its side holds) */
-    Map chosen;
-    map_init(&chosen, false);
-    for_each_op(op, body) if (op->kind == OP_CHOOSE) {
-        for (int s = 1; s <= 2; s++) {
-            const Op *l = op->operands[s]->def;
-            if (!l || l->kind != OP_LAUNCH || map_get(&chosen, op->operands[s])) {
-                op_diag(d, NULL, op, "codegen: tile.choose picks between the results of two launches, each once");
-                return false;
-            }
-            map_put(a, &chosen, op->operands[s], (void *)op);
-        }
-    }
+    Map buffer, when;
+    if (!launch_conditions(a, d, body, &buffer, &when))
+        return false;
     int nkern = 0;
     for_each_op(op, body) {
         switch (op->kind) {
         case OP_CONSTANT: case OP_DIM: case OP_ADD: case OP_SUB: case OP_MUL: case OP_FLOORDIV:
         case OP_REM: case OP_MIN: case OP_MAX: case OP_CMP: case OP_AND: case OP_OR: case OP_RETURN:
-        case OP_CHOOSE:
+        case OP_CHOOSE: case OP_NUM_SMS:
             continue;   /* host arithmetic: read through host_expr; choices: the launches' when= */
+        case OP_DEFINE_DIM: {   /* a dim the runtime computes before the launches */
+            const char *text = host_text(a, d, op->operands[0]);
+            if (!text)
+                return false;
+            fprintf(man, "// let name=%s expr=%s\n", op_attr(op, "name")->s, text);
+            continue;
+        }
         case OP_ASSERT: {   /* a check of the dims, made by the runtime before launching */
             const char *text = host_text(a, d, op->operands[0]);
             if (!text)
@@ -231,26 +301,11 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             op_diag(d, NULL, op, unfused_message(a, op));
             return false;
         }
-        /* name the launch's results (a chosen one: the choice's name, which
-         * both launches write); a launch whose results are chosen runs where
-         * its side of the condition holds */
-        const Op *pick = NULL;
-        bool first_side = false;
+        /* name the launch's results: a chosen one is the buffer the choice
+         * (or the choice of choices) makes, which each side writes */
         for (int r = 0; r < op->nresults; r++) {
-            const Op *c = map_get(&chosen, op->results[r]);
-            if (r > 0 && (c != NULL) != (pick != NULL)) {
-                op_diag(d, NULL, op, "codegen: a launch whose results are chosen has every result chosen");
-                return false;
-            }
-            if (c && pick && (c->operands[0] != pick->operands[0] || (c->operands[1] == op->results[r]) != first_side)) {
-                op_diag(d, NULL, op, "codegen: a launch's results are chosen under one condition, on one side");
-                return false;
-            }
-            if (c) {
-                pick = c;
-                first_side = c->operands[1] == op->results[r];
-            }
-            const Value *v = c ? c->results[0] : op->results[r];
+            const Value *v = map_get(&buffer, op->results[r]);
+            v = v ? v : op->results[r];
             const char *bn = map_get(&nm.of, v);
             for (int i = 0; !bn && ret && i < ret->noperands; i++)
                 if (ret->operands[i] == v)
@@ -304,12 +359,9 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
             fprintf(man, "%s%s", z ? "," : " zero=", (const char *)map_get(&nm.of, op->results[zeroed->elems[z]->i]));
         if (info.persistent)   /* loops over the grid's tiles; takes the grid's x and y and a tile counter after y_offset */
             fprintf(man, " persistent=counter");
-        if (pick) {
-            const char *text = host_text(a, d, pick->operands[0]);
-            if (!text)
-                return false;
-            fprintf(man, first_side ? " when=%s" : " when=(%s==0)", text);
-        }
+        const char *cond = map_get(&when, op);
+        if (cond)
+            fprintf(man, " when=%s", cond);
         fputc('\n', man);
         /* the tensor maps it takes by value, after y_offset, in order */
         for (int j = 0; j < info.ntmaps; j++) {

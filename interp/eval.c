@@ -194,12 +194,20 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_SOFTMAX:
     case OP_REDUCE: return eval_rows(in, op);
     case OP_CONSTANT:
+    case OP_NUM_SMS:
     case OP_DIM: return eval_scalar_op(in, op);
+    case OP_DEFINE_DIM: {   /* bound from here on, as the runtime's let line binds it */
+        double v = eval_get(in, op->operands[0])->data[0];
+        if (v < 0)
+            return eval_fail(in, op, "dimension '%s' would be %g", op_attr(op, "name")->s, v);
+        map_put(in->arena, &in->bind->dims, op_attr(op, "name")->s, (void *)(intptr_t)v);
+        return true;
+    }
     case OP_ATTENTION: return eval_attention(in, op);
     case OP_FUSED_GEMM: return eval_fused_gemm(in, op);
     case OP_FUSED_MAP: return eval_fused_map(in, op);
     case OP_LAUNCH: return eval_launch(in, op);
-    case OP_CHOOSE:   /* (both launches ran: each variant is checked at every size) */
+    case OP_CHOOSE:   /* both sides ran; the chosen one's results go on (tests take sizes on each side) */
         map_put(in->arena, &in->values, op->results[0],
                 eval_get(in, op->operands[eval_get(in, op->operands[0])->data[0] != 0 ? 1 : 2]));
         return true;

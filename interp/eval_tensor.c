@@ -391,6 +391,8 @@ bool eval_scalar_op(Interp *in, const Op *op) {
     if (op->kind == OP_CONSTANT) {
         Attr *v = op_attr(op, "value");
         r->data[0] = eval_round(in, r->dtype, v->kind == AT_FLOAT ? v->f : (double)v->i);
+    } else if (op->kind == OP_NUM_SMS) {
+        r->data[0] = INTERP_NUM_SMS;
     } else {  /* attn.dim */
         intptr_t v = (intptr_t)map_get(&in->bind->dims, op_attr(op, "name")->s);
         if (v <= 0)

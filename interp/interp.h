@@ -43,6 +43,11 @@ double interp_poison(void);
 #define INTERP_MAX_ELEMENTS ((int64_t)1 << 27)
 bool interp_is_poison(double x);
 
+/* tile.num_sms in the interpreter: an H100's or H200's 132 SMs, so that the
+ * runtime's plans (the split count of decode's keys) are checked as a GPU
+ * of that size would take them (doc/interpreter.md). */
+#define INTERP_NUM_SMS 132
+
 typedef struct Rng {
     uint64_t state;
 } Rng;

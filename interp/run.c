@@ -23,6 +23,10 @@ static void collect_dims(const Type *t, Arena *a, Map *seen, PtrVec *order) {
 }
 
 static void collect_op_dims(const Op *op, Arena *a, Map *seen, PtrVec *order) {
+    if (op->kind == OP_DEFINE_DIM) {   /* computed by the program: never defaulted */
+        map_put(a, seen, op_attr(op, "name")->s, (void *)1);
+        return;
+    }
     for (int i = 0; i < op->nresults; i++)
         collect_dims(op->results[i]->type, a, seen, order);
     if (op->kind == OP_DIM)

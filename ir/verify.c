@@ -588,6 +588,21 @@ static void verify_choose(Verifier *v, Op *op) {
         op_error(v, op, "chooses between two tensors of its result's type");
 }
 
+/* A dimension the host computes from the bound ones (tiling's split
+ * count): after it, types and attn.dim may name it like any dimension. */
+static void verify_define_dim(Verifier *v, Op *op) {
+    const Type *x = op->operands[0]->type;
+    if (x->kind != TY_SCALAR || x->elem != SK_INDEX || !attr_string(op, "name"))
+        op_error(v, op, "needs an index operand and attribute 'name'");
+}
+
+/* The GPU's streaming multiprocessors, known on the host at the launch. */
+static void verify_num_sms(Verifier *v, Op *op) {
+    const Type *r = op->results[0]->type;
+    if (r->kind != TY_SCALAR || r->elem != SK_INDEX)
+        op_error(v, op, "result must be index");
+}
+
 static void verify_constant(Verifier *v, Op *op) {
     Attr *val = op_attr(op, "value");
     const Type *r = op->results[0]->type;

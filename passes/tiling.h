@@ -60,5 +60,8 @@ bool tile_rows(PassContext *ctx, Op *func, Op *op);
 /* the broken twin test-tiling-rows-round-down: attention's query tiles
  * counted rounding down */
 extern bool tiling_rows_round_down;
+/* the broken twin test-tiling-split-round-down: a split's key tiles
+ * counted rounding down, so the last keys are in no split */
+extern bool tiling_split_round_down;
 
 #endif

@@ -138,10 +138,28 @@ int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t 
     return n;
 }
 
+/* lse = m + log(l) of rows with max m and sum l, in f32 (-inf where no
+ * key was seen: m = -inf, l = 0). */
+static Value *row_lse(Builder *b, Value *m, Value *l) {
+    return b_bin(b, OP_ADD, b_cast(b, m, SK_F32), b_unary(b, OP_LOG, b_cast(b, l, SK_F32)));
+}
+
+/* The partial results of a split over keys: O (f32, each split's rows
+ * normalised by its own sum) [S, B, H, Nq, DV] and lse [S, B, H, Nq]. */
+static void split_types(Arena *a, const Op *att, const char *splits, Type **types) {
+    const Type *o = att->results[0]->type;
+    Dim d[5] = {{splits, 0}, o->dims[0], o->dims[1], o->dims[2], o->dims[3]};
+    types[0] = type_shaped(a, TY_TENSOR, SK_F32, 5, d);
+    types[1] = type_shaped(a, TY_TENSOR, SK_F32, 4, d);
+}
+
 /* The launch of attention op `att` in BM x BN tiles (its grid computed in
- * `outer`): a program per BM query rows of one (batch, head). */
+ * `outer`): a program per BM query rows of one (batch, head). With
+ * `splits` (the name of the split count's dim, S), a program per BM rows
+ * and split z, over key tiles [z·T, (z + 1)·T) of its segments (T =
+ * ceil(ceil(Nk / BN) / S)), writing split_types' partial O and lse. */
 static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int64_t BN, Builder *outer,
-                            const PtrVec *side) {
+                            const PtrVec *side, const char *splits) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
     AttnTile t = {0};
     t.BM = BM;
@@ -160,9 +178,16 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     Value *nq = b_dim(outer, qt->dims[2]);
     Value *grid[3] = {tiling_rows_round_down ? b_bin(outer, OP_FLOORDIV, nq, b_index(outer, t.BM)) : b_ceildiv(outer, nq, t.BM),
                       b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, qt->dims[1])),
-                      b_index(outer, 1)};
+                      splits ? b_dim(outer, (Dim){splits, 0}) : b_index(outer, 1)};
     Value **args;
-    Op *l = new_launch(outer, att, grid, nin, inputs, &args);
+    Op *l;
+    if (splits) {
+        Type *types[2];
+        split_types(ctx->arena, att, splits, types);
+        l = make_launch(outer, att->loc, grid, nin, inputs, 2, types, (const char *[]){"o_split", "lse_split"}, &args);
+    } else {
+        l = new_launch(outer, att, grid, nin, inputs, &args);
+    }
     schedule_on_launch(ctx, func, l);
     Builder b = {ctx->arena, l->regions[0].blocks[0], NULL, att->loc};
     t.b = &b;
@@ -181,6 +206,19 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
     int nseg = key_segments(&b, att, 1, t.r0, t.BM, t.BN, t.nk, seg);
+    if (splits) {   /* this split's share of the key tiles the rows see (the segments' span, whose start
+                       is a whole tile): the tiles stay whole, each segment's masking as it was */
+        Value *S = b_dim(&b, (Dim){splits, 0}), *first = seg[0].start;
+        Value *tiles = b_ceildiv(&b, b_bin(&b, OP_MAX, b_bin(&b, OP_SUB, seg[nseg - 1].end, first), zero), t.BN);
+        Value *per = tiling_split_round_down ? b_bin(&b, OP_FLOORDIV, tiles, S)
+                                             : b_bin(&b, OP_FLOORDIV, b_bin(&b, OP_SUB, b_bin(&b, OP_ADD, tiles, S), b_index(&b, 1)), S);
+        Value *lo = b_bin(&b, OP_ADD, first, b_bin(&b, OP_MUL, b_bin(&b, OP_MUL, args[2], per), step));
+        Value *hi = b_bin(&b, OP_ADD, lo, b_bin(&b, OP_MUL, per, step));
+        for (int k = 0; k < nseg; k++) {
+            seg[k].start = b_bin(&b, OP_MIN, b_bin(&b, OP_MAX, seg[k].start, lo), hi);
+            seg[k].end = b_bin(&b, OP_MAX, b_bin(&b, OP_MIN, seg[k].end, hi), seg[k].start);
+        }
+    }
     const int rows_cols[2] = {2, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
     t.q = t_load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
@@ -228,15 +266,120 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         t_yield(&body, 1, &o_next);
         acc = l3->results[0];
     }
-    t_store(&b, args[3 + nin], b_cast(&b, acc, t.dt), qi, rows_cols);
-    if (att->nresults == 2) {
-        Value *lse = b_bin(&b, OP_ADD, b_cast(&b, m, SK_F32), b_unary(&b, OP_LOG, b_cast(&b, lsum, SK_F32)));
-        const int lse_dims[2] = {2, -1};
-        Value *li[3] = {t.bi, t.h, t.r0};
-        t_store(&b, args[3 + nin + 1], lse, li, lse_dims);
+    if (splits) {   /* rows that saw no key: O = 0, lse = -inf, which the combine weighs 0 */
+        const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
+        Value *oi[5] = {args[2], t.bi, t.h, t.r0, zero};
+        t_store(&b, args[3 + nin], b_cast(&b, acc, SK_F32), oi, o_dims);
+        t_store(&b, args[3 + nin + 1], row_lse(&b, m, lsum), oi, lse_dims);
+    } else {
+        t_store(&b, args[3 + nin], b_cast(&b, acc, t.dt), qi, rows_cols);
+        if (att->nresults == 2) {
+            const int lse_dims[2] = {2, -1};
+            Value *li[3] = {t.bi, t.h, t.r0};
+            t_store(&b, args[3 + nin + 1], row_lse(&b, m, lsum), li, lse_dims);
+        }
     }
     t_yield(&b, 0, NULL);
     return l;
+}
+
+/* The combine of a split over keys (FlashAttention's flash_fwd_combine):
+ * per row lse = log Σ_z exp(lse_z) and O = Σ_z exp(lse_z − lse)·O_z over
+ * the S splits, a program per COMBINE_ROWS query rows of one (batch,
+ * head). A row no split saw a key of gets O = 0, lse = −inf. */
+enum { COMBINE_ROWS = 16 };
+
+static Op *combine_launch(Builder *outer, const Op *att, Op *split, const char *splits) {
+    const Type *ot = att->results[0]->type;
+    const int64_t R = COMBINE_ROWS, DV = ot->dims[3].size;
+    Value *grid[3] = {b_ceildiv(outer, b_dim(outer, ot->dims[2]), R),
+                      b_bin(outer, OP_MUL, b_dim(outer, ot->dims[0]), b_dim(outer, ot->dims[1])), b_index(outer, 1)};
+    Value **args;
+    Op *l = new_launch(outer, att, grid, 2, split->results, &args);
+    Builder b = {outer->a, l->regions[0].blocks[0], NULL, att->loc};
+    Value *H = b_dim(&b, ot->dims[1]), *zero = b_index(&b, 0), *one = b_index(&b, 1);
+    Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
+    Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, R)), *S = b_dim(&b, (Dim){splits, 0});
+    const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
+    Value *ninf = b_float(&b, SK_F32, -INFINITY), *fzero = b_float(&b, SK_F32, 0);
+    Builder body;
+    Value *z, **c;
+    Value *m = b_splat(&b, ninf, R, 1);   /* the rows' largest lse */
+    Op *l1 = new_for(&b, zero, S, one, 1, &m, &body, &z, &c);
+    Value *lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, h, r0}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
+    Value *m1 = b_bin(&body, OP_MAX, c[0], lz);
+    t_yield(&body, 1, &m1);
+    m = l1->results[0];
+    Value *msafe = b_select(&b, b_cmp(&b, "eq", m, ninf), fzero, m);
+    Value *init[2] = {b_splat(&b, fzero, R, 1), b_splat(&b, fzero, R, DV)};
+    Op *l2 = new_for(&b, zero, S, one, 2, init, &body, &z, &c);
+    lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, h, r0}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
+    Value *w = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, lz, msafe));
+    Value *oz = t_load(&body, args[3], (Value *[]){z, bi, h, r0, zero}, o_dims, b_tile_type(&body, SK_F32, R, DV), 0);
+    Value *next[2] = {b_bin(&body, OP_ADD, c[0], w), b_bin(&body, OP_ADD, c[1], b_bin(&body, OP_MUL, oz, w))};
+    t_yield(&body, 2, next);
+    Value *sum = l2->results[0], *acc = l2->results[1];
+    Value *o = b_bin(&b, OP_DIV, acc, b_select(&b, b_cmp(&b, "eq", sum, fzero), b_float(&b, SK_F32, 1), sum));
+    const int rows_cols[2] = {2, 3};
+    t_store(&b, args[3 + 2], b_cast(&b, o, ot->elem), (Value *[]){bi, h, r0, zero}, rows_cols);
+    if (att->nresults == 2)
+        t_store(&b, args[3 + 3], row_lse(&b, msafe, sum), (Value *[]){bi, h, r0}, (const int[]){2, -1});
+    t_yield(&b, 0, NULL);
+    return l;
+}
+
+/* How attention splits its keys (flash-decoding): 0 not at all, else the
+ * schedule's fixed count, or -1 for a count the runtime picks (a split
+ * variant beside the plain launch): where the target has a split tile, the
+ * block's schedule for the target (which describes the one kernel) says
+ * nothing else, the keys' length is not the queries' (decode, cross
+ * attention: self-attention has as many query rows as keys, programs
+ * enough) and may span more than 4 split tiles. */
+static int64_t split_policy(const Op *func, const char *arch, const Type *qt, const Type *kt) {
+    Attr *fixed = schedule_directive(func, arch, SCHED_SPLITS);
+    if (fixed)
+        return fixed->i > 1 ? fixed->i : 0;
+    Attr *all = op_attr(func, "schedule");
+    const Target *t = target_lookup(arch);
+    if ((all && attrs_get(all->entries, all->n, arch)) || !t->attn_split_tile[0])
+        return 0;
+    if (dim_equal(qt->dims[2], kt->dims[2]))   /* self-attention: as many query rows as keys */
+        return 0;
+    return kt->dims[2].sym || kt->dims[2].size > 4 * t->attn_split_tile[1] ? -1 : 0;
+}
+
+/* The split count the runtime picks (FlashAttention-3's rule, simplified,
+ * in one place): none where the programs without a split already give
+ * every SM one (B·H·ceil(Nq / BM) of them) or the keys are at most 4 tiles;
+ * else as many splits as make one block an SM, at most one a key tile and
+ * at most 128. */
+static Value *split_count(Builder *b, const Type *qt, const Type *kt, int64_t BM, int64_t BN) {
+    Value *programs = b_bin(b, OP_MUL, b_bin(b, OP_MUL, b_dim(b, qt->dims[0]), b_dim(b, qt->dims[1])),
+                            b_ceildiv(b, b_dim(b, qt->dims[2]), BM));
+    Value *tiles = b_ceildiv(b, b_dim(b, kt->dims[2]), BN);
+    Value *per_sm = b_bin(b, OP_FLOORDIV, b_emit(b, OP_NUM_SMS, type_scalar(b->a, SK_INDEX), 0, NULL),
+                          b_bin(b, OP_MAX, programs, b_index(b, 1)));
+    /* (tiles − 4)·128 is at most 0 where there are at most 4 key tiles: 1 */
+    Value *most = b_bin(b, OP_MIN, b_bin(b, OP_MIN, tiles, b_index(b, 128)),
+                        b_bin(b, OP_MUL, b_bin(b, OP_SUB, tiles, b_index(b, 4)), b_index(b, 128)));
+    return b_bin(b, OP_MAX, b_index(b, 1), b_bin(b, OP_MIN, per_sm, most));
+}
+
+/* A name for the split count's dim that none of the block's dims has. */
+static const char *split_dim_name(Arena *a, const Op *func) {
+    const char *name = "KV_SPLITS";
+    for (bool taken = true; taken;) {
+        taken = false;
+        const Block *body = op_body((Op *)func);
+        for (int i = 0; i < body->nargs && !taken; i++) {
+            const Type *t = body->args[i]->type;
+            for (int d = 0; t->kind != TY_SCALAR && d < t->rank; d++)
+                taken |= t->dims[d].sym && strcmp(t->dims[d].sym, name) == 0;
+        }
+        if (taken)
+            name = arena_printf(a, "%s_", name);
+    }
+    return name;
 }
 
 /* The short-rows variant of the target for this attention (head dim D,
@@ -297,22 +440,53 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
                     attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
         block_append(&tmp, check);
     }
-    Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side);
-    if (!sh) {
+    int64_t splits = split_policy(func, ctx->arch, qt, kt);
+    Value *is_split = NULL;
+    Op *comb = NULL;
+    if (splits) {   /* the split count, a dim bound before the launches (a let line for the runtime) */
+        const char *sdim = split_dim_name(ctx->arena, func);
+        const int64_t *st = target_lookup(ctx->arch)->attn_split_tile;
+        int64_t SM = schedule_tile(func, ctx->arch, 0, st[0]), SN = schedule_tile(func, ctx->arch, 1, st[1]);
+        Value *count = splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN);
+        Op *def = op_create(ctx->arena, OP_DEFINE_DIM, 1, &count, 0, NULL, 0);
+        def->loc = att->loc;
+        op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, sdim));
+        block_append(&tmp, def);
+        Op *split = attention_launch(ctx, func, att, SM, SN, &outer, &side, sdim);
+        block_append(&tmp, split);
+        comb = combine_launch(&outer, att, split, sdim);
+        if (splits > 0) {   /* the schedule's count: always split */
+            replace_with_launch(ctx, att, &tmp, comb);
+            return true;
+        }
+        block_append(&tmp, comb);
+        is_split = b_cmp(&outer, "gt", b_dim(&outer, (Dim){sdim, 0}), b_index(&outer, 1));
+    }
+    Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side, NULL);
+    if (!sh && !is_split) {
         replace_with_launch(ctx, att, &tmp, l);
         return true;
     }
     /* short rows (the query length at most sh->max_n) in the variant's
      * tiles, the rest in the default's: both launches, and each result
-     * chosen by the length (the runtime launches one; doc/passes.md) */
+     * chosen by the length (the runtime launches one; doc/passes.md); of
+     * the launch for few rows, where the runtime picks more than one
+     * split, the split's combine instead */
     block_append(&tmp, l);
-    Op *ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side);
-    block_append(&tmp, ls);
-    Value *is_short = b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n));
+    Op *ls = l;
+    if (sh) {
+        ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side, NULL);
+        block_append(&tmp, ls);
+    }
+    Value *is_short = sh ? b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n)) : NULL;
     Value **picks = NEW_ARRAY(ctx->arena, Value *, att->nresults);
-    for (int i = 0; i < att->nresults; i++)
-        picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3,
-                          (Value *[]){is_short, ls->results[i], l->results[i]});
+    for (int i = 0; i < att->nresults; i++) {
+        Value *few = ls->results[i];
+        if (is_split)
+            few = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_split, comb->results[i], few});
+        picks[i] = !sh ? few
+                       : b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_short, few, l->results[i]});
+    }
     replace_with(ctx, att, &tmp, picks);
     return true;
 }

@@ -79,8 +79,32 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         return rc;
     if (!m->cumod && (rc = cuda_module_load(m->ptx, &m->cumod)))
         return rc;
+    int sms = 0;
+    if (b->nlets && ((rc = cuda_sm_count(&sms)) || (rc = bind_lets(b, &bd, sms))))
+        return rc;
+    /* the kernels this call runs (a variant for other sizes does not: when=) */
+    bool runs[MAX_KERNELS] = {0}, used[MAX_TENSORS] = {0};
+    for (int ki = 0; ki < b->nkernels; ki++) {
+        KernelSpec *k = &b->kernels[ki];
+        int64_t holds = 1;
+        if (k->when[0]) {
+            EvalStatus st = eval_condition(k->when, &bd, &holds);
+            char dims[256];
+            if (st == EVAL_BAD)
+                return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad when= expression '%s'", b->name, k->name,
+                            k->when);
+            if (st == EVAL_OVERFLOW)
+                return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: when= '%s' overflows 64-bit integers at %s",
+                               b->name, k->name, k->when, binding_text(&bd, dims, sizeof dims));
+        }
+        runs[ki] = holds != 0;
+        for (int i = 0; runs[ki] && i < k->nargs; i++)
+            used[k->args[i]] = true;
+    }
     /* every tensor's device pointer and strides (in elements, and in units
-     * for the kernels): inputs, outputs, temporaries (contiguous) */
+     * for the kernels): inputs, outputs, temporaries (contiguous; allocated
+     * only where a kernel of this call takes them: the split's partials of
+     * a prefill-sized call would be gigabytes) */
     void *ptrs[MAX_TENSORS] = {0};
     int64_t strides[MAX_TENSORS][ATTNRT_MAX_RANK], unit_strides[MAX_TENSORS][ATTNRT_MAX_RANK];
     size_t temp_bytes[MAX_TENSORS] = {0};   /* this call's size of each temporary (zero= clears that much) */
@@ -100,7 +124,7 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
                 elems *= n > 1 ? n : 1;
                 empty |= n == 0;
             }
-            size_t bytes = temp_bytes[t] = empty ? 0 : (size_t)elems * (size_t)dtype_size(s->dtype);
+            size_t bytes = temp_bytes[t] = empty || !used[t] ? 0 : (size_t)elems * (size_t)dtype_size(s->dtype);
             if (bytes && b->temp_bytes[t] < bytes) {
                 if (b->temp[t]) {
                     cuda_free(b->temp[t]);
@@ -121,19 +145,8 @@ int attnrt_run(attnrt_module *m, const char *block, const attnrt_tensor *inputs,
         dimvals[i] = *binding_lookup(&bd, b->dims[i]);
     for (int ki = 0; ki < b->nkernels; ki++) {
         KernelSpec *k = &b->kernels[ki];
-        if (k->when[0]) {   /* a variant for other sizes: not this call's */
-            int64_t holds;
-            EvalStatus st = eval_condition(k->when, &bd, &holds);
-            char dims[256];
-            if (st == EVAL_BAD)
-                return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s', kernel %s: bad when= expression '%s'", b->name, k->name,
-                            k->when);
-            if (st == EVAL_OVERFLOW)
-                return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: when= '%s' overflows 64-bit integers at %s",
-                               b->name, k->name, k->when, binding_text(&bd, dims, sizeof dims));
-            if (!holds)
-                continue;
-        }
+        if (!runs[ki])   /* a variant for other sizes: not this call's */
+            continue;
         int64_t grid[3];
         if ((rc = eval_grid(b, k, &bd, grid)))
             return rc;

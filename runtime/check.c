@@ -204,7 +204,7 @@ static int check_all(const Block *b, const attnrt_tensor *in, int nin, const att
             return rc;
     }
     for (int i = 0; i < b->ndims; i++)
-        if (!binding_lookup(bd, b->dims[i]))
+        if (!dim_is_let(b, i) && !binding_lookup(bd, b->dims[i]))
             return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s is not bound by any input", b->name, b->dims[i]);
     for (int i = 0; i < b->nasserts; i++) {
         int64_t holds;

@@ -187,6 +187,14 @@ int cuda_resident_blocks(void *fn, int threads, int64_t smem, int64_t *blocks) {
     return rc;
 }
 
+int cuda_sm_count(int *sms) {
+    int dev = 0;
+    int rc = check(cu.cuCtxGetDevice(&dev), "cuCtxGetDevice", NULL);
+    if (!rc)   /* 16: CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+        rc = check(cu.cuDeviceGetAttribute(sms, 16, dev), "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", NULL);
+    return rc;
+}
+
 int cuda_launch(void *fn, const int64_t grid[3], int threads, int64_t smem, void *stream, void **params) {
     return check(cu.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2], (unsigned)threads, 1,
                                    1, (unsigned)smem, stream, params, NULL),

@@ -13,6 +13,8 @@ int cuda_module_unload(void *module);
 int cuda_get_function(void *module, const char *name, int64_t smem, void **fn);
 /* SMs × the blocks of fn one SM holds at once: a persistent kernel's grid. */
 int cuda_resident_blocks(void *fn, int threads, int64_t smem, int64_t *blocks);
+/* The current context's device's multiprocessors (the manifest's $sms). */
+int cuda_sm_count(int *sms);
 int cuda_launch(void *fn, const int64_t grid[3], int threads, int64_t smem, void *stream, void **params);
 int cuda_malloc(void **p, size_t bytes);
 int cuda_free(void *p);

@@ -52,7 +52,7 @@ static int64_t expr_atom(Expr *e) {
     }
     char name[MAX_NAME];
     int n = 0;
-    while ((p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+    while (((n == 0 && p[n] == '$') || p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
             (p[n] >= '0' && p[n] <= '9')) && n < MAX_NAME - 1)
         n++;
     if (n == 0) {
@@ -176,6 +176,30 @@ int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid) {
         if (grid[g] < 0 || grid[g] > most)
             return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s', kernel %s: grid size %lld (from '%s') is out of range",
                         b->name, k->name, (long long)grid[g], k->grid[g]);
+    }
+    return ATTNRT_OK;
+}
+
+int bind_lets(const Block *b, Binding *bd, int64_t sms) {
+    if (!b->nlets)
+        return ATTNRT_OK;
+    snprintf(bd->names[bd->n], MAX_NAME, "$sms");   /* (the binding has room for it past MAX_DIMS) */
+    bd->values[bd->n] = sms;
+    bd->from[bd->n++] = "the device";
+    for (int i = 0; i < b->nlets; i++) {
+        const Let *l = &b->lets[i];
+        Expr e = {l->expr, bd, false, false};
+        int64_t v = expr_logic(&e);
+        char dims[256];
+        if (e.bad || *e.p)
+            return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s': bad let expression '%s' for %s", b->name, l->expr,
+                           b->dims[l->dim]);
+        if (e.overflow || v < 1)
+            return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s = %s is %s at %s", b->name, b->dims[l->dim],
+                           l->expr, e.overflow ? "out of 64-bit integers" : "below 1", binding_text(bd, dims, sizeof dims));
+        snprintf(bd->names[bd->n], MAX_NAME, "%s", b->dims[l->dim]);
+        bd->values[bd->n] = v;
+        bd->from[bd->n++] = "its let";
     }
     return ATTNRT_OK;
 }

@@ -366,6 +366,38 @@ static int entry_assert(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     return ATTNRT_OK;
 }
 
+/* let name=X expr=E: dim X (the dims line names it) computed from the
+ * others and $sms at each run */
+static int entry_let(attnrt_module *m, Block **curp, Entry *e, int lineno) {
+    Block *cur = *curp;
+    NEED(name, "name");
+    NEED(expr, "expr");
+    if (cur->nlets == (int)(sizeof cur->lets / sizeof *cur->lets))
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: more than %d lets", lineno,
+                       (int)(sizeof cur->lets / sizeof *cur->lets));
+    int dim = -1;
+    for (int i = 0; i < cur->ndims; i++)
+        if (strcmp(cur->dims[i], name) == 0)
+            dim = i;
+    if (dim < 0 || dim_is_let(cur, dim))
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: let '%s' is not a dim of the block's dims line, or "
+                       "is one twice", lineno, name);
+    if (strlen(expr) >= sizeof cur->lets[0].expr)
+        return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: let '%s' is longer than %d characters", lineno, name,
+                       (int)sizeof cur->lets[0].expr - 1);
+    Let *l = &cur->lets[cur->nlets++];
+    l->dim = dim;
+    snprintf(l->expr, sizeof l->expr, "%s", expr);
+    return ATTNRT_OK;
+}
+
+bool dim_is_let(const Block *b, int i) {
+    for (int k = 0; k < b->nlets; k++)
+        if (b->lets[k].dim == i)
+            return true;
+    return false;
+}
+
 /* end: the block's last entry */
 static int entry_end(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     *curp = NULL;
@@ -388,6 +420,7 @@ static const struct {
     {"kernel", entry_kernel, true},
     {"tmap", entry_tmap, true},
     {"assert", entry_assert, true},
+    {"let", entry_let, true},
     {"end", entry_end, true},
 };
 

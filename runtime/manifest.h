@@ -6,7 +6,8 @@
 #define ATTNC_MANIFEST_H
 
 /* The manifest format written; libattnrt refuses others. */
-#define ATTNC_MANIFEST_VERSION 3   /* 3: kernels take each tensor's strides (stride_units=) */
+#define ATTNC_MANIFEST_VERSION 4   /* 3: kernels take each tensor's strides (stride_units=); 4: let lines,
+                                      dims the runtime computes at each run ($sms, the device's SMs) */
 
 enum {
     MANIFEST_MAX_NAME = 64,      /* bytes of a block, kernel or tensor name */

@@ -80,10 +80,19 @@ typedef struct Assert {
     char expr[256], message[256];
 } Assert;
 
+/* A dim the runtime computes from the bound ones at each run (manifest
+ * "let"): decode's split count, from the dims and the GPU's SMs ($sms). */
+typedef struct Let {
+    int dim;              /* its index in the block's dims */
+    char expr[256];
+} Let;
+
 typedef struct Block {
     char name[MAX_NAME];
     int nasserts;
     Assert asserts[8];
+    int nlets;
+    Let lets[4];
     int ndims;
     char dims[MAX_DIMS][MAX_NAME];
     int ntensors;
@@ -112,9 +121,9 @@ const TensorSpec *nth_role(const Block *b, int role, int i);
 
 typedef struct Binding {
     int n;
-    char names[MAX_DIMS][MAX_NAME];
-    int64_t values[MAX_DIMS];
-    const char *from[MAX_DIMS];   /* which tensor bound it */
+    char names[MAX_DIMS + 1][MAX_NAME];   /* + 1: the lets' $sms */
+    int64_t values[MAX_DIMS + 1];
+    const char *from[MAX_DIMS + 1];   /* which tensor bound it */
 } Binding;
 
 int64_t *binding_lookup(Binding *bd, const char *name);
@@ -134,5 +143,10 @@ EvalStatus eval_condition(const char *text, Binding *bd, int64_t *holds);
 const char *binding_text(const Binding *bd, char *buf, size_t size);
 int eval_grid(const Block *b, const KernelSpec *k, Binding *bd, int64_t *grid);
 int64_t dim_value(Binding *bd, const Dim *d);   /* a declared dim's value under a complete binding */
+/* Binds the block's let dims after the tensors' (validate_call's), in
+ * order, with $sms the current device's multiprocessors. */
+int bind_lets(const Block *b, Binding *bd, int64_t sms);
+/* Whether dim i of b is a let's (bound by bind_lets, not by a tensor). */
+bool dim_is_let(const Block *b, int i);
 
 #endif

@@ -52,6 +52,10 @@ typedef struct Target {
      * f32 accumulation without a score hook */
     int64_t attn_tile_d128_band[2];
     AttnShortTile attn_short[2];
+    /* decode's split over keys (tiling_attention.c): the tile of the split
+     * kernel, the fewest query rows a program of the target takes ({0, 0}:
+     * no split variant) */
+    int64_t attn_split_tile[2];
     /* the backward's key-tile kernel: query rows x key rows, at head dims
      * up to 64 ({0, 0}: bwd_tile) and over (the two equal, or the keys the
      * head dim: the kernel keeps every tile in one row layout,

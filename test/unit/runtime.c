@@ -33,18 +33,18 @@ int main(int argc, char **argv) {
     const char v1[] = "// attnc-manifest 1\n// target sm_70\n// block mha attention\n";
     report("old-version", attnrt_load_data(v1, sizeof v1 - 1, &m));
     /* a key this runtime does not know (a later target's cluster launch) */
-    const char unknown[] = "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n"
+    const char unknown[] = "// attnc-manifest 4\n// target name=sm_90a\n// block name=b kind=attention\n"
                            "// dims names=N\n// tensor role=in name=q dtype=f16 shape=N,64 stride_units=8\n"
                            "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=q cluster=2,1,1\n// end\n";
     report("unknown-key", attnrt_load_data(unknown, sizeof unknown - 1, &m));
-    const char missing[] = "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
+    const char missing[] = "// attnc-manifest 4\n// target name=sm_80\n// block name=b kind=attention\n"
                            "// tensor role=in name=q dtype=f16\n";
     report("missing-key", attnrt_load_data(missing, sizeof missing - 1, &m));
-    const char positional[] = "// attnc-manifest 3\n// target sm_80\n";
+    const char positional[] = "// attnc-manifest 4\n// target sm_80\n";
     report("positional", attnrt_load_data(positional, sizeof positional - 1, &m));
     /* tensor maps (sm_90a TMA): each follows its kernel's line, a box size per dim in 1..256, a swizzle this
      * runtime knows */
-#define TMAP_HEAD "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
+#define TMAP_HEAD "// attnc-manifest 4\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
                   "// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k\n"
     const char tmap_good[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=128\n// end\n";
     report("tmap-good", attnrt_load_data(tmap_good, sizeof tmap_good - 1, &m));
@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
     report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
     /* f32 tensors take maps too (the backward's accumulators, added into by bulk reduce-adds); i32 ones do not */
-#define TMAP_TYPED(T) "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
+#define TMAP_TYPED(T) "// attnc-manifest 4\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N\n" \
                       "// tensor role=in name=a dtype=" T " shape=N,64 stride_units=4\n" \
                       "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=a\n// tmap kernel=b_k0 tensor=a box=64,32 swizzle=128\n// end\n"
     const char tmap_f32[] = TMAP_TYPED("f32");
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     report("tmap-i32", attnrt_load_data(tmap_i32, sizeof tmap_i32 - 1, &m));
     /* persistent=counter: blocks that loop over the grid's x and y (sm_90a), so z must be 1;
      * another kind (an older attnc's persistent=1 took no tile counter) is refused */
-#define PERSISTENT_HEAD "// attnc-manifest 3\n// target name=sm_90a\n// block name=b kind=attention\n" \
+#define PERSISTENT_HEAD "// attnc-manifest 4\n// target name=sm_90a\n// block name=b kind=attention\n" \
                         "// dims names=N\n// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n"
     const char persistent_good[] = PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k persistent=counter\n"
                                                    "// end\n";
@@ -91,12 +91,31 @@ int main(int argc, char **argv) {
     snprintf(when_long, sizeof when_long, PERSISTENT_HEAD "// kernel name=b_k0 grid=N;2;1 threads=384 smem=0 args=k when=(N<=%0300d)\n", 1);
     report("when-long", attnrt_load_data(when_long, strlen(when_long), &m));
     /* zero=: tensors the runtime clears before a launch (the backward's dQ accumulator) */
-#define ZERO_HEAD "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
+#define ZERO_HEAD "// attnc-manifest 4\n// target name=sm_80\n// block name=b kind=attention_backward\n// dims names=N\n" \
                   "// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n// tensor role=tmp name=tmp0 dtype=f32 shape=N,64 stride_units=4\n"
     const char zero_good[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp0\n// end\n";
     report("zero-good", attnrt_load_data(zero_good, sizeof zero_good - 1, &m));
     attnrt_unload(m);
     m = NULL;
+    /* let: a dim computed at each run from the others and $sms (decode's split count); a tensor
+     * binds it never, the dims line names it, a let names it once */
+#define LET_HEAD "// attnc-manifest 4\n// target name=sm_90a\n// block name=b kind=attention\n// dims names=N,S\n" \
+                 "// tensor role=in name=k dtype=f16 shape=N,64 stride_units=8\n"
+    const char let_good[] = LET_HEAD "// let name=S expr=max(1,min($sms/N,128))\n"
+                                     "// tensor role=tmp name=tmp0 dtype=f32 shape=S,N,64 stride_units=4,4\n"
+                                     "// kernel name=b_k0 grid=N;1;S threads=128 smem=0 args=k,tmp0 when=(S>1)\n// end\n";
+    report("let-good", attnrt_load_data(let_good, sizeof let_good - 1, &m));
+    {
+        static _Alignas(16) char kbuf[5 * 64 * 2];
+        attnrt_tensor k = {.data = kbuf, .dtype = ATTNRT_F16, .rank = 2, .shape = {5, 64}, .strides = {64, 1}};
+        report("let-validate", attnrt_validate(m, "b", &k, 1, NULL, 0, 0));
+    }
+    attnrt_unload(m);
+    m = NULL;
+    const char let_unknown[] = LET_HEAD "// let name=T expr=1\n";
+    report("let-unknown", attnrt_load_data(let_unknown, sizeof let_unknown - 1, &m));
+    const char let_twice[] = LET_HEAD "// let name=S expr=1\n// let name=S expr=2\n";
+    report("let-twice", attnrt_load_data(let_twice, sizeof let_twice - 1, &m));
     /* a manifest cut short inside its block (mid-line or between lines): refused, not loaded as it is */
     const char cut_mid[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k";
     report("cut-mid-line", attnrt_load_data(cut_mid, sizeof cut_mid - 1, &m));
@@ -104,14 +123,14 @@ int main(int argc, char **argv) {
     report("cut-between-lines", attnrt_load_data(cut_between, sizeof cut_between - 1, &m));
     /* what the runtime cannot hold is refused whole, never cut to fit: a 17th dim, a name past 63
      * characters, a dim no dims line names (which the shape lookup would not find) */
-    const char dims17[] = "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
+    const char dims17[] = "// attnc-manifest 4\n// target name=sm_80\n// block name=b kind=attention\n"
                           "// dims names=A,B,C,D,E,F,G,H,I,J,K,L,M,N,O,P,Q\n// end\n";
     report("dims-17", attnrt_load_data(dims17, sizeof dims17 - 1, &m));
     char long_name[512];
-    snprintf(long_name, sizeof long_name, "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
+    snprintf(long_name, sizeof long_name, "// attnc-manifest 4\n// target name=sm_80\n// block name=b kind=attention\n"
              "// dims names=N\n// tensor role=in name=%070d dtype=f16 shape=N,64 stride_units=8\n// end\n", 7);
     report("name-too-long", attnrt_load_data(long_name, strlen(long_name), &m));
-    const char undeclared[] = "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n"
+    const char undeclared[] = "// attnc-manifest 4\n// target name=sm_80\n// block name=b kind=attention\n"
                               "// dims names=N\n// tensor role=out name=o dtype=f16 shape=M,64 stride_units=8\n// end\n";
     report("dim-undeclared", attnrt_load_data(undeclared, sizeof undeclared - 1, &m));
     const char zero_bad[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=tmp9\n";
@@ -120,7 +139,7 @@ int main(int argc, char **argv) {
     const char zero_input[] = ZERO_HEAD "// kernel name=b_k0 grid=1;1;1 threads=128 smem=0 args=k,tmp0 zero=k\n";
     report("zero-input", attnrt_load_data(zero_input, sizeof zero_input - 1, &m));
     /* stride_units=: a power of two of at most 16 bytes for each dim but the innermost */
-#define UNITS(U) "// attnc-manifest 3\n// target name=sm_80\n// block name=b kind=attention\n// dims names=N\n" \
+#define UNITS(U) "// attnc-manifest 4\n// target name=sm_80\n// block name=b kind=attention\n// dims names=N\n" \
                  "// tensor role=in name=q dtype=f16 shape=2,N,64" U "\n// end\n"
     const char *units_bad[] = {UNITS(""), UNITS(" stride_units=8"), UNITS(" stride_units=8,3"),
                                UNITS(" stride_units=8,16"), UNITS(" stride_units=8,8,8")};
@@ -218,7 +237,7 @@ int main(int argc, char **argv) {
     attnrt_unload(m);
     /* a check whose arithmetic leaves 64 bits at these dims (N = 5): an error that says so, not a SIGFPE
      * (INT64_MIN / -1) or a wrapped value */
-#define CHECK_BLOCK(E) "// attnc-manifest 3\n// target name=sm_80\n// block name=c kind=attention\n// dims names=B,N\n" \
+#define CHECK_BLOCK(E) "// attnc-manifest 4\n// target name=sm_80\n// block name=c kind=attention\n// dims names=B,N\n" \
                        "// tensor role=in name=q dtype=f16 shape=B,16,N,64 stride_units=8,8,8\n// assert expr=" E " message=never\n// end\n"
     const char *overflowing[] = {CHECK_BLOCK("(((N-5)-9223372036854775807-1)/(0-1))>0"),
                                  CHECK_BLOCK("(N*9223372036854775807)>0"), CHECK_BLOCK("(N+9223372036854775807)>0"),

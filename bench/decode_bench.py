@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""decode_bench.py — attention against a KV cache (few query rows, many
+keys): attnc.attention beside cuDNN and FlashAttention-2 through PyTorch's
+SDPA, in GB/s of K and V read, and the copy bandwidth of the same run.
+
+    python3 bench/decode_bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
+
+Each row is B, NK, Nq, query/kv heads, head dim; q, k, v are f16 [B, H, N,
+D], contiguous, not causal (with one query row every key is seen; SDPA's
+causal mask aligns the top-left corners, FlashAttention's and attnc's the
+bottom-right, so the peers are timed without it). GB/s = the bytes of K and V
+(2 · B · Hkv · NK · D · 2) over the median time of a call, each call timed
+inside a CUDA graph (triton's do_bench_cudagraph) so that no one's launch
+overhead on the host is counted. GQA runs natively everywhere (SDPA's
+enable_gqa). Before timing, attnc's o is compared with the peers' (max
+|difference|, f32): a row whose o is off by more than 2e-2 is marked. The
+table (markdown) and the rows (JSON) go to DIR; --quick runs the issue's
+four rows at 32/8 heads, head dim 128.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402  (python/ on the path)
+import attnc  # noqa: E402
+from attnc import functional  # noqa: E402
+
+PEERS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash2": SDPBackend.FLASH_ATTENTION}
+QUICK = [(1, 131072, 1, 32, 8, 128), (8, 32768, 1, 32, 8, 128), (64, 4096, 1, 32, 8, 128), (16, 8192, 16, 32, 8, 128)]
+MAX_KV_BYTES = 8 << 30   # rows whose K and V pass this are left out of the full table
+
+
+def full_rows():
+    rows = []
+    for D in (128, 64):
+        for hq, hkv in ((32, 8), (64, 8)):
+            for nq in (1, 4, 16):
+                for B in (1, 8, 64, 256):
+                    for nk in (1024, 4096, 32768, 131072):
+                        if 2 * B * hkv * nk * D * 2 <= MAX_KV_BYTES:
+                            rows.append((B, nk, nq, hq, hkv, D))
+    return rows
+
+
+def timed(fn):
+    """Median ms of fn() replayed in a CUDA graph (None if it cannot be timed)."""
+    from triton.testing import do_bench, do_bench_cudagraph
+    fn()
+    torch.cuda.synchronize()
+    try:
+        return do_bench_cudagraph(fn, rep=100, return_mode="median")
+    except Exception:  # noqa: BLE001 — a call that cannot be captured is timed with events
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def copy_gbps():
+    x = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+    y = torch.empty_like(x)
+    ms = timed(lambda: y.copy_(x))
+    del x, y
+    return 2 * (1 << 30) / ms / 1e6   # read + write
+
+
+def run_row(B, nk, nq, hq, hkv, D):
+    g = torch.Generator(device="cuda").manual_seed(B * 1000003 + nk * 7 + nq)
+    q = torch.randn(B, hq, nq, D, device="cuda", dtype=torch.float16, generator=g)
+    k = torch.randn(B, hkv, nk, D, device="cuda", dtype=torch.float16, generator=g)
+    v = torch.randn(B, hkv, nk, D, device="cuda", dtype=torch.float16, generator=g)
+    gbytes = 2 * B * hkv * nk * D * 2 / 1e9
+    row = {"B": B, "NK": nk, "Nq": nq, "H": hq, "Hkv": hkv, "D": D, "kv_GB": gbytes}
+    o = attnc.attention(q, k, v)
+    ms = timed(lambda: attnc.attention(q, k, v))
+    row["attnc_ms"], row["attnc"] = ms, gbytes / ms * 1e3
+    for name, be in PEERS.items():
+        try:
+            with sdpa_kernel([be]):
+                ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+            row[name + "_ms"], row[name] = ms, gbytes / ms * 1e3
+            row[name + "_diff"] = (o.float() - ref.float()).abs().max().item()
+        except Exception as e:  # noqa: BLE001 — a backend that refuses the shape is reported, not fatal
+            row[name] = None
+            row[name + "_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+    del q, k, v, o
+    torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    ap = common.kit_parser(__doc__)
+    ap.add_argument("--arch", default=None, help="target to compile for (default: the device's)")
+    ap.add_argument("--quick", action="store_true", help="the four rows of the issue's table only")
+    args = ap.parse_args()
+    common.use_kit(args.kit)
+    common.use_arch(args.arch)
+    arch = functional.target_of(torch.device("cuda"))
+    os.makedirs(args.out, exist_ok=True)
+    copy = copy_gbps()
+    rows = []
+    for shape in (QUICK if args.quick else full_rows()):
+        try:
+            rows.append(run_row(*shape))
+        except Exception as e:  # noqa: BLE001
+            rows.append({"shape": shape, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+        print(json.dumps(rows[-1]), flush=True)
+    name = f"decode-{arch}{'-quick' if args.quick else ''}"
+    json.dump({"device": torch.cuda.get_device_name(), "copy_GBps": copy, "rows": rows},
+              open(os.path.join(args.out, name + ".json"), "w"), indent=1)
+    lines = [f"# decode, {arch} on {torch.cuda.get_device_name()}: GB/s of K and V read (copy {copy:.0f} GB/s)", "",
+             "| B | NK | Nq | heads | D | attnc | cuDNN | FA2 | attnc / best | attnc / copy | max diff |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['shape']} | error: {r['error']} |")
+            continue
+        best = max([r[p] for p in PEERS if r.get(p)] or [float("nan")])
+        diff = max([r.get(p + "_diff", 0) for p in PEERS])
+        ratios.append(r["attnc"] / best)
+        fmt = lambda x: f"{x:.0f}" if x else "-"  # noqa: E731
+        lines.append(f"| {r['B']} | {r['NK']} | {r['Nq']} | {r['H']}/{r['Hkv']} | {r['D']} | {fmt(r['attnc'])} | "
+                     f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash2'))} | {r['attnc'] / best:.2f} | "
+                     f"{r['attnc'] / copy:.2f} | {diff:.1e}{' OFF' if diff > 2e-2 else ''} |")
+    lines += ["", f"geometric mean attnc / best peer: {common.geomean(ratios):.3f} over {len(ratios)} rows"]
+    open(os.path.join(args.out, name + ".md"), "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
