@@ -112,6 +112,10 @@ CASES = [   # name, B, H, Hkv, NQ, NK, D, Dv, options
     ("decode one key", 3, 8, 2, 1, 1, 64, 64, {}),
     ("decode 16 q16 softcap", 1, 16, 8, 16, 4097, 64, 64, {"softcap": 30.0, "causal": True}),
     ("decode key mask alibi", 2, 8, 8, 3, 2000, 128, 128, {"key_mask": True, "alibi": "bh"}),
+    # one query row under GQA: the group's heads packed into the tile's rows
+    ("decode packed alibi 16/4", 2, 16, 4, 1, 1500, 64, 64, {"alibi": "h", "causal": True}),
+    ("decode packed flex 8/2", 1, 8, 2, 1, 2000, 64, 64, {"mods": "clamp_per_head"}),
+    ("decode packed 64/8 window", 3, 64, 8, 1, 777, 128, 128, {"window": (300, 0), "key_mask": True}),
 ]
 
 

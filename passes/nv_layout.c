@@ -234,8 +234,11 @@ bool is_dot_operand_load(const Lower *l, const Block *top, const Op *op) {
     Attr *dims = op_attr(op, "dims");
     int q = l->lt->operand_multiple;
     bool elem_ok = l->lt->operand_elem(mt->elem);
-    return elem_ok && dims && dims->n == 2 && dims->elems[0]->i == mt->rank - 2 &&
-           dims->elems[1]->i == mt->rank - 1 && rt->dims[0].size % q == 0 && rt->dims[1].size % q == 0 &&
+    /* rows along the memref's second-last dim, or for a global tile any
+     * outer one (decode's packed Q: a group's heads, kh·G + r) */
+    bool rows_ok = dims && dims->n == 2 && (dims->elems[0]->i == mt->rank - 2 ||
+                                            (mt->space != AS_SHARED && dims->elems[0]->i < mt->rank - 2));
+    return elem_ok && rows_ok && dims->elems[1]->i == mt->rank - 1 && rt->dims[0].size % q == 0 && rt->dims[1].size % q == 0 &&
            only_dot_uses(top, op->results[0], false);
 }
 

@@ -138,6 +138,14 @@ int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t 
     return n;
 }
 
+/* A launch that splits the keys: the split count's dim and, where the
+ * group's query heads share the query tile (GQA packing: one query row,
+ * the decode step), the group G (0: not packed). */
+typedef struct KeySplit {
+    const char *dim;
+    int64_t group;
+} KeySplit;
+
 /* lse = m + log(l) of rows with max m and sum l, in f32 (-inf where no
  * key was seen: m = -inf, l = 0). */
 static Value *row_lse(Builder *b, Value *m, Value *l) {
@@ -145,21 +153,29 @@ static Value *row_lse(Builder *b, Value *m, Value *l) {
 }
 
 /* The partial results of a split over keys: O (f32, each split's rows
- * normalised by its own sum) [S, B, H, Nq, DV] and lse [S, B, H, Nq]. */
-static void split_types(Arena *a, const Op *att, const char *splits, Type **types) {
-    const Type *o = att->results[0]->type;
-    Dim d[5] = {{splits, 0}, o->dims[0], o->dims[1], o->dims[2], o->dims[3]};
+ * normalised by its own sum) [S, B, H, Nq, DV] and lse [S, B, H, Nq];
+ * packed, a kv head's G query heads are the rows: [S, B, Hkv, G, DV] and
+ * [S, B, Hkv, G]. */
+static void split_types(Arena *a, const Op *att, const KeySplit *split, Type **types) {
+    const Type *o = att->results[0]->type, *kt = att->operands[1]->type;
+    Dim d[5] = {{split->dim, 0}, o->dims[0], o->dims[1], o->dims[2], o->dims[3]};
+    if (split->group)
+        d[2] = kt->dims[1], d[3] = (Dim){NULL, split->group};
     types[0] = type_shaped(a, TY_TENSOR, SK_F32, 5, d);
     types[1] = type_shaped(a, TY_TENSOR, SK_F32, 4, d);
 }
 
 /* The launch of attention op `att` in BM x BN tiles (its grid computed in
  * `outer`): a program per BM query rows of one (batch, head). With
- * `splits` (the name of the split count's dim, S), a program per BM rows
- * and split z, over key tiles [z·T, (z + 1)·T) of its segments (T =
- * ceil(ceil(Nk / BN) / S)), writing split_types' partial O and lse. */
+ * `split`, a program per BM rows and split z of the S (split->dim) over
+ * its share of the key tiles its rows see, writing split_types' partial O
+ * and lse; packed (split->group G), a program per (batch, kv head) and
+ * split whose rows are the group's G query heads at query row 0 (Nq = 1):
+ * K and V are read once for the group, not once a head. */
 static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int64_t BN, Builder *outer,
-                            const PtrVec *side, const char *splits) {
+                            const PtrVec *side, const KeySplit *split) {
+    const char *splits = split ? split->dim : NULL;
+    int64_t G = split ? split->group : 0;
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
     AttnTile t = {0};
     t.BM = BM;
@@ -179,11 +195,15 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     Value *grid[3] = {tiling_rows_round_down ? b_bin(outer, OP_FLOORDIV, nq, b_index(outer, t.BM)) : b_ceildiv(outer, nq, t.BM),
                       b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, qt->dims[1])),
                       splits ? b_dim(outer, (Dim){splits, 0}) : b_index(outer, 1)};
+    if (G) {   /* one program of G rows per (batch, kv head) */
+        grid[0] = b_index(outer, 1);
+        grid[1] = b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, kt->dims[1]));
+    }
     Value **args;
     Op *l;
     if (splits) {
         Type *types[2];
-        split_types(ctx->arena, att, splits, types);
+        split_types(ctx->arena, att, split, types);
         l = make_launch(outer, att->loc, grid, nin, inputs, 2, types, (const char *[]){"o_split", "lse_split"}, &args);
     } else {
         l = new_launch(outer, att, grid, nin, inputs, &args);
@@ -197,15 +217,23 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         map_put(ctx->arena, &t.memrefs, side->items[i], args[6 + i]);
     /* which (batch, head, kv head) and rows this program owns */
     Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]);
-    t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
-    t.h = b_bin(&b, OP_REM, args[1], H);
-    t.kh = b_bin(&b, OP_FLOORDIV, t.h, b_bin(&b, OP_FLOORDIV, H, HK));
-    t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
-    t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+    if (G) {   /* rows: the heads kh·G + r at query row 0; rows past G (other groups' heads) are never stored */
+        t.bi = b_bin(&b, OP_FLOORDIV, args[1], HK);
+        t.kh = b_bin(&b, OP_REM, args[1], HK);
+        t.h = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
+        t.r0 = b_index(&b, 0);
+        t.i_rows = b_splat(&b, t.r0, t.BM, 1);
+    } else {
+        t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
+        t.h = b_bin(&b, OP_REM, args[1], H);
+        t.kh = b_bin(&b, OP_FLOORDIV, t.h, b_bin(&b, OP_FLOORDIV, H, HK));
+        t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
+        t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+    }
     t.nk = b_dim(&b, kt->dims[2]);
     Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
-    int nseg = key_segments(&b, att, 1, t.r0, t.BM, t.BN, t.nk, seg);
+    int nseg = key_segments(&b, att, 1, t.r0, G ? 1 : t.BM, t.BN, t.nk, seg);
     if (splits) {   /* this split's share of the key tiles the rows see (the segments' span, whose start
                        is a whole tile): the tiles stay whole, each segment's masking as it was */
         Value *S = b_dim(&b, (Dim){splits, 0}), *first = seg[0].start;
@@ -219,9 +247,13 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
             seg[k].end = b_bin(&b, OP_MAX, b_bin(&b, OP_MIN, seg[k].end, hi), seg[k].start);
         }
     }
-    const int rows_cols[2] = {2, 3};
+    const int rows_cols[2] = {2, 3}, heads_cols[2] = {1, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
-    t.q = t_load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
+    if (G)   /* the group's heads' row 0 */
+        t.q = t_load(&b, t.Q, (Value *[]){t.bi, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), zero, zero}, heads_cols,
+                     b_tile_type(&b, t.dt, t.BM, t.D), 0);
+    else
+        t.q = t_load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
     Value *ninf = b_float(&b, t.acc, -INFINITY), *fzero = b_float(&b, t.acc, 0);
     Builder body;
     Value *j0, **c;
@@ -268,7 +300,7 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     }
     if (splits) {   /* rows that saw no key: O = 0, lse = -inf, which the combine weighs 0 */
         const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
-        Value *oi[5] = {args[2], t.bi, t.h, t.r0, zero};
+        Value *oi[5] = {args[2], t.bi, G ? t.kh : t.h, t.r0, zero};
         t_store(&b, args[3 + nin], b_cast(&b, acc, SK_F32), oi, o_dims);
         t_store(&b, args[3 + nin + 1], row_lse(&b, m, lsum), oi, lse_dims);
     } else {
@@ -289,7 +321,8 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
  * head). A row no split saw a key of gets O = 0, lse = −inf. */
 enum { COMBINE_ROWS = 16 };
 
-static Op *combine_launch(Builder *outer, const Op *att, Op *split, const char *splits) {
+static Op *combine_launch(Builder *outer, const Op *att, Op *split, const KeySplit *ks) {
+    const char *splits = ks->dim;
     const Type *ot = att->results[0]->type;
     const int64_t R = COMBINE_ROWS, DV = ot->dims[3].size;
     Value *grid[3] = {b_ceildiv(outer, b_dim(outer, ot->dims[2]), R),
@@ -301,21 +334,29 @@ static Op *combine_launch(Builder *outer, const Op *att, Op *split, const char *
     Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
     Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, R)), *S = b_dim(&b, (Dim){splits, 0});
     const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
+    /* where this program's rows are in the partials: packed (one query
+     * row), head h is row h mod G of kv head h / G; the tile's other rows,
+     * other heads', are read but never stored (o has one row) */
+    Value *ph = h, *pr = r0;
+    if (ks->group) {
+        ph = b_bin(&b, OP_FLOORDIV, h, b_index(&b, ks->group));
+        pr = b_bin(&b, OP_ADD, r0, b_bin(&b, OP_REM, h, b_index(&b, ks->group)));
+    }
     Value *ninf = b_float(&b, SK_F32, -INFINITY), *fzero = b_float(&b, SK_F32, 0);
     Builder body;
     Value *z, **c;
     Value *m = b_splat(&b, ninf, R, 1);   /* the rows' largest lse */
     Op *l1 = new_for(&b, zero, S, one, 1, &m, &body, &z, &c);
-    Value *lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, h, r0}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
+    Value *lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, ph, pr}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
     Value *m1 = b_bin(&body, OP_MAX, c[0], lz);
     t_yield(&body, 1, &m1);
     m = l1->results[0];
     Value *msafe = b_select(&b, b_cmp(&b, "eq", m, ninf), fzero, m);
     Value *init[2] = {b_splat(&b, fzero, R, 1), b_splat(&b, fzero, R, DV)};
     Op *l2 = new_for(&b, zero, S, one, 2, init, &body, &z, &c);
-    lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, h, r0}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
+    lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, ph, pr}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
     Value *w = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, lz, msafe));
-    Value *oz = t_load(&body, args[3], (Value *[]){z, bi, h, r0, zero}, o_dims, b_tile_type(&body, SK_F32, R, DV), 0);
+    Value *oz = t_load(&body, args[3], (Value *[]){z, bi, ph, pr, zero}, o_dims, b_tile_type(&body, SK_F32, R, DV), 0);
     Value *next[2] = {b_bin(&body, OP_ADD, c[0], w), b_bin(&body, OP_ADD, c[1], b_bin(&body, OP_MUL, oz, w))};
     t_yield(&body, 2, next);
     Value *sum = l2->results[0], *acc = l2->results[1];
@@ -350,12 +391,14 @@ static int64_t split_policy(const Op *func, const char *arch, const Type *qt, co
 
 /* The split count the runtime picks (FlashAttention-3's rule, simplified,
  * in one place): none where the programs without a split already give
- * every SM one (B·H·ceil(Nq / BM) of them) or the keys are at most 4 tiles;
+ * every SM one (B·H·ceil(Nq / BM) of them; packed, B·Hkv) or the keys are
+ * at most 4 tiles;
  * else as many splits as make one block an SM, at most one a key tile and
  * at most 128. */
-static Value *split_count(Builder *b, const Type *qt, const Type *kt, int64_t BM, int64_t BN) {
-    Value *programs = b_bin(b, OP_MUL, b_bin(b, OP_MUL, b_dim(b, qt->dims[0]), b_dim(b, qt->dims[1])),
-                            b_ceildiv(b, b_dim(b, qt->dims[2]), BM));
+static Value *split_count(Builder *b, const Type *qt, const Type *kt, int64_t BM, int64_t BN, bool packed) {
+    Value *programs = packed ? b_bin(b, OP_MUL, b_dim(b, qt->dims[0]), b_dim(b, kt->dims[1]))
+                             : b_bin(b, OP_MUL, b_bin(b, OP_MUL, b_dim(b, qt->dims[0]), b_dim(b, qt->dims[1])),
+                                     b_ceildiv(b, b_dim(b, qt->dims[2]), BM));
     Value *tiles = b_ceildiv(b, b_dim(b, kt->dims[2]), BN);
     Value *per_sm = b_bin(b, OP_FLOORDIV, b_emit(b, OP_NUM_SMS, type_scalar(b->a, SK_INDEX), 0, NULL),
                           b_bin(b, OP_MAX, programs, b_index(b, 1)));
@@ -366,8 +409,7 @@ static Value *split_count(Builder *b, const Type *qt, const Type *kt, int64_t BM
 }
 
 /* A name for the split count's dim that none of the block's dims has. */
-static const char *split_dim_name(Arena *a, const Op *func) {
-    const char *name = "KV_SPLITS";
+static const char *split_dim_name(Arena *a, const Op *func, const char *name) {
     for (bool taken = true; taken;) {
         taken = false;
         const Block *body = op_body((Op *)func);
@@ -396,6 +438,20 @@ static const AttnShortTile *short_tile(const Op *func, const char *arch, int64_t
             return !v->band_only || keys == KEYS_FOLLOW_ROW ? v : NULL;
     }
     return NULL;
+}
+
+/* Into tmp: the split count `count` bound as ks->dim (a let line for the
+ * runtime), the split launch in SM x SN tiles and its combine (*comb). */
+static void split_launches(PassContext *ctx, Op *func, Op *att, Builder *outer, const PtrVec *side, const KeySplit *ks,
+                          int64_t SM, int64_t SN, Value *count, Op **comb) {
+    Op *def = op_create(ctx->arena, OP_DEFINE_DIM, 1, &count, 0, NULL, 0);
+    def->loc = att->loc;
+    op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, ks->dim));
+    block_append(outer->blk, def);
+    Op *split = attention_launch(ctx, func, att, SM, SN, outer, side, ks);
+    block_append(outer->blk, split);
+    *comb = combine_launch(outer, att, split, ks);
+    block_append(outer->blk, *comb);
 }
 
 bool tile_attention(PassContext *ctx, Op *func, Op *att) {
@@ -441,51 +497,65 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
         block_append(&tmp, check);
     }
     int64_t splits = split_policy(func, ctx->arch, qt, kt);
-    Value *is_split = NULL;
-    Op *comb = NULL;
-    if (splits) {   /* the split count, a dim bound before the launches (a let line for the runtime) */
-        const char *sdim = split_dim_name(ctx->arena, func);
-        const int64_t *st = target_lookup(ctx->arch)->attn_split_tile;
-        int64_t SM = schedule_tile(func, ctx->arch, 0, st[0]), SN = schedule_tile(func, ctx->arch, 1, st[1]);
-        Value *count = splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN);
-        Op *def = op_create(ctx->arena, OP_DEFINE_DIM, 1, &count, 0, NULL, 0);
-        def->loc = att->loc;
-        op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, sdim));
-        block_append(&tmp, def);
-        Op *split = attention_launch(ctx, func, att, SM, SN, &outer, &side, sdim);
-        block_append(&tmp, split);
-        comb = combine_launch(&outer, att, split, sdim);
-        if (splits > 0) {   /* the schedule's count: always split */
-            replace_with_launch(ctx, att, &tmp, comb);
+    const int64_t *st = target_lookup(ctx->arch)->attn_split_tile;
+    int64_t SM = schedule_tile(func, ctx->arch, 0, st[0]), SN = schedule_tile(func, ctx->arch, 1, st[1]);
+    /* GQA packing where a call may have one query row: the group (numeric,
+     * 2 to SM heads) fills the split's tile; the runtime takes it where
+     * Nq = 1 (a numeric Nq of 1: always) */
+    int64_t G = qt->dims[1].sym || kt->dims[1].sym ? 0 : qt->dims[1].size / kt->dims[1].size;
+    bool pack = splits && G >= 2 && G <= SM && (qt->dims[2].sym || qt->dims[2].size == 1);
+    Op *packed = NULL, *comb = NULL;
+    if (pack) {
+        KeySplit ks = {split_dim_name(ctx->arena, func, "KV_SPLITS_G"), G};
+        split_launches(ctx, func, att, &outer, &side, &ks, SM, SN,
+                       splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, true), &packed);
+        if (!qt->dims[2].sym) {   /* (split_launches appended it) */
+            replace_with(ctx, att, &tmp, packed->results);
             return true;
         }
-        block_append(&tmp, comb);
-        is_split = b_cmp(&outer, "gt", b_dim(&outer, (Dim){sdim, 0}), b_index(&outer, 1));
     }
-    Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side, NULL);
-    if (!sh && !is_split) {
-        replace_with_launch(ctx, att, &tmp, l);
-        return true;
+    Value *is_split = NULL;
+    if (splits) {
+        KeySplit ks = {split_dim_name(ctx->arena, func, "KV_SPLITS"), 0};
+        split_launches(ctx, func, att, &outer, &side, &ks, SM, SN,
+                       splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, false), &comb);
+        if (splits < 0)
+            is_split = b_cmp(&outer, "gt", b_dim(&outer, (Dim){ks.dim, 0}), b_index(&outer, 1));
     }
-    /* short rows (the query length at most sh->max_n) in the variant's
-     * tiles, the rest in the default's: both launches, and each result
-     * chosen by the length (the runtime launches one; doc/passes.md); of
-     * the launch for few rows, where the runtime picks more than one
-     * split, the split's combine instead */
-    block_append(&tmp, l);
-    Op *ls = l;
-    if (sh) {
-        ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side, NULL);
-        block_append(&tmp, ls);
-    }
-    Value *is_short = sh ? b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n)) : NULL;
     Value **picks = NEW_ARRAY(ctx->arena, Value *, att->nresults);
-    for (int i = 0; i < att->nresults; i++) {
-        Value *few = ls->results[i];
-        if (is_split)
-            few = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_split, comb->results[i], few});
-        picks[i] = !sh ? few
-                       : b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_short, few, l->results[i]});
+    if (splits > 0) {   /* the schedule's count: always split */
+        for (int i = 0; i < att->nresults; i++)
+            picks[i] = comb->results[i];
+    } else {
+        Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side, NULL);
+        if (!sh && !is_split && !packed) {   /* one launch */
+            replace_with_launch(ctx, att, &tmp, l);
+            return true;
+        }
+        block_append(&tmp, l);
+        /* short rows (the query length at most sh->max_n) in the variant's
+         * tiles, the rest in the default's: both launches, and each result
+         * chosen by the length (the runtime launches one; doc/passes.md);
+         * of the launch for few rows, where the runtime picks more than one
+         * split, the split's combine instead */
+        Op *ls = l;
+        if (sh) {
+            ls = attention_launch(ctx, func, att, sh->rows, sh->keys, &outer, &side, NULL);
+            block_append(&tmp, ls);
+        }
+        Value *is_short = sh ? b_cmp(&outer, "le", b_dim(&outer, qt->dims[2]), b_index(&outer, sh->max_n)) : NULL;
+        for (int i = 0; i < att->nresults; i++) {
+            Value *few = ls->results[i];
+            if (is_split)
+                few = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_split, comb->results[i], few});
+            picks[i] = !sh ? few
+                           : b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_short, few, l->results[i]});
+        }
+    }
+    if (packed) {   /* one query row: the packed split's */
+        Value *one = b_cmp(&outer, "eq", b_dim(&outer, qt->dims[2]), b_index(&outer, 1));
+        for (int i = 0; i < att->nresults; i++)
+            picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){one, packed->results[i], picks[i]});
     }
     replace_with(ctx, att, &tmp, picks);
     return true;
