@@ -12,8 +12,9 @@ bottom-right, so the peers are timed without it). GB/s = the bytes of K and V
 (2 · B · Hkv · NK · D · 2) over the median time of a call, each call timed
 inside a CUDA graph (triton's do_bench_cudagraph) so that no one's launch
 overhead on the host is counted. GQA runs natively everywhere (SDPA's
-enable_gqa). Before timing, attnc's o is compared with the peers' (max
-|difference|, f32): a row whose o is off by more than 2e-2 is marked. The
+enable_gqa). attnc's o is compared with the peers' and with itself
+replayed from a captured CUDA graph (max |difference|, f32): a row off by
+more than 2e-2 is marked, as is one whose call could not be graphed. The
 table (markdown) and the rows (JSON) go to DIR; --quick runs the issue's
 four rows at 32/8 heads, head dim 128.
 """
@@ -36,9 +37,9 @@ QUICK = [(1, 131072, 1, 32, 8, 128), (8, 32768, 1, 32, 8, 128), (64, 4096, 1, 32
 MAX_KV_BYTES = 8 << 30   # rows whose K and V pass this are left out of the full table
 
 
-def full_rows():
+def full_rows(head_dims):
     rows = []
-    for D in (128, 64):
+    for D in head_dims:
         for hq, hkv in ((32, 8), (64, 8)):
             for nq in (1, 4, 16):
                 for B in (1, 8, 64, 256):
@@ -49,20 +50,37 @@ def full_rows():
 
 
 def timed(fn):
-    """Median ms of fn() replayed in a CUDA graph (None if it cannot be timed)."""
+    """Median ms of fn() replayed in a CUDA graph, and whether it was (a
+    call that cannot be captured is timed with events, host overhead and
+    all)."""
     from triton.testing import do_bench, do_bench_cudagraph
     fn()
     torch.cuda.synchronize()
     try:
-        return do_bench_cudagraph(fn, rep=100, return_mode="median")
-    except Exception:  # noqa: BLE001 — a call that cannot be captured is timed with events
-        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return do_bench_cudagraph(fn, rep=50, return_mode="median"), True
+    except Exception:  # noqa: BLE001
+        return do_bench(fn, warmup=25, rep=50, return_mode="median"), False
+
+
+def graph_diff(fn, eager):
+    """Max |difference| between fn()'s output replayed from a captured CUDA
+    graph and the eager output: the split's let dims, temporaries and
+    launches must replay as they ran."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return (out.float() - eager.float()).abs().max().nan_to_num(float("inf")).item()
 
 
 def copy_gbps():
     x = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
     y = torch.empty_like(x)
-    ms = timed(lambda: y.copy_(x))
+    ms, _ = timed(lambda: y.copy_(x))
     del x, y
     return 2 * (1 << 30) / ms / 1e6   # read + write
 
@@ -75,13 +93,14 @@ def run_row(B, nk, nq, hq, hkv, D):
     gbytes = 2 * B * hkv * nk * D * 2 / 1e9
     row = {"B": B, "NK": nk, "Nq": nq, "H": hq, "Hkv": hkv, "D": D, "kv_GB": gbytes}
     o = attnc.attention(q, k, v)
-    ms = timed(lambda: attnc.attention(q, k, v))
+    ms, row["graphed"] = timed(lambda: attnc.attention(q, k, v))
     row["attnc_ms"], row["attnc"] = ms, gbytes / ms * 1e3
+    row["graph_diff"] = graph_diff(lambda: attnc.attention(q, k, v), o)
     for name, be in PEERS.items():
         try:
             with sdpa_kernel([be]):
                 ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+                ms, _ = timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
             row[name + "_ms"], row[name] = ms, gbytes / ms * 1e3
             row[name + "_diff"] = (o.float() - ref.float()).abs().max().item()
         except Exception as e:  # noqa: BLE001 — a backend that refuses the shape is reported, not fatal
@@ -96,6 +115,7 @@ def main():
     ap = common.kit_parser(__doc__)
     ap.add_argument("--arch", default=None, help="target to compile for (default: the device's)")
     ap.add_argument("--quick", action="store_true", help="the four rows of the issue's table only")
+    ap.add_argument("--head-dims", default="128,64", help="the full table's head dims (default 128,64)")
     args = ap.parse_args()
     common.use_kit(args.kit)
     common.use_arch(args.arch)
@@ -103,7 +123,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     copy = copy_gbps()
     rows = []
-    for shape in (QUICK if args.quick else full_rows()):
+    for shape in (QUICK if args.quick else full_rows([int(d) for d in args.head_dims.split(",")])):
         try:
             rows.append(run_row(*shape))
         except Exception as e:  # noqa: BLE001
@@ -121,12 +141,13 @@ def main():
             lines.append(f"| {r['shape']} | error: {r['error']} |")
             continue
         best = max([r[p] for p in PEERS if r.get(p)] or [float("nan")])
-        diff = max([r.get(p + "_diff", 0) for p in PEERS])
+        diff = max([r.get(p + "_diff", 0) for p in PEERS] + [r["graph_diff"]])
         ratios.append(r["attnc"] / best)
         fmt = lambda x: f"{x:.0f}" if x else "-"  # noqa: E731
         lines.append(f"| {r['B']} | {r['NK']} | {r['Nq']} | {r['H']}/{r['Hkv']} | {r['D']} | {fmt(r['attnc'])} | "
                      f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash2'))} | {r['attnc'] / best:.2f} | "
-                     f"{r['attnc'] / copy:.2f} | {diff:.1e}{' OFF' if diff > 2e-2 else ''} |")
+                     f"{r['attnc'] / copy:.2f} | {diff:.1e}{' OFF' if diff > 2e-2 else ''}"
+                     f"{'' if r['graphed'] else ' (not graphed)'} |")
     lines += ["", f"geometric mean attnc / best peer: {common.geomean(ratios):.3f} over {len(ratios)} rows"]
     open(os.path.join(args.out, name + ".md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -319,7 +319,7 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
  * per row lse = log Σ_z exp(lse_z) and O = Σ_z exp(lse_z − lse)·O_z over
  * the S splits, a program per COMBINE_ROWS query rows of one (batch,
  * head). A row no split saw a key of gets O = 0, lse = −inf. */
-enum { COMBINE_ROWS = 16 };
+enum { COMBINE_ROWS = 16, COMBINE_UNROLL = 4 };
 
 static Op *combine_launch(Builder *outer, const Op *att, Op *split, const KeySplit *ks) {
     const char *splits = ks->dim;
@@ -330,7 +330,7 @@ static Op *combine_launch(Builder *outer, const Op *att, Op *split, const KeySpl
     Value **args;
     Op *l = new_launch(outer, att, grid, 2, split->results, &args);
     Builder b = {outer->a, l->regions[0].blocks[0], NULL, att->loc};
-    Value *H = b_dim(&b, ot->dims[1]), *zero = b_index(&b, 0), *one = b_index(&b, 1);
+    Value *H = b_dim(&b, ot->dims[1]), *zero = b_index(&b, 0);
     Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
     Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, R)), *S = b_dim(&b, (Dim){splits, 0});
     const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
@@ -342,24 +342,39 @@ static Op *combine_launch(Builder *outer, const Op *att, Op *split, const KeySpl
         ph = b_bin(&b, OP_FLOORDIV, h, b_index(&b, ks->group));
         pr = b_bin(&b, OP_ADD, r0, b_bin(&b, OP_REM, h, b_index(&b, ks->group)));
     }
+    /* one pass, merged online as the forward's softmax is (m the largest
+     * lse so far, l and acc scaled by exp(m_old − m)); COMBINE_UNROLL
+     * splits a step, their loads issued together (splits past S read lse
+     * −inf, weight 0): the loads' latency, not the arithmetic, is the
+     * combine's time */
     Value *ninf = b_float(&b, SK_F32, -INFINITY), *fzero = b_float(&b, SK_F32, 0);
     Builder body;
     Value *z, **c;
-    Value *m = b_splat(&b, ninf, R, 1);   /* the rows' largest lse */
-    Op *l1 = new_for(&b, zero, S, one, 1, &m, &body, &z, &c);
-    Value *lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, ph, pr}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
-    Value *m1 = b_bin(&body, OP_MAX, c[0], lz);
-    t_yield(&body, 1, &m1);
-    m = l1->results[0];
+    Value *init[3] = {b_splat(&b, ninf, R, 1), b_splat(&b, fzero, R, 1), b_splat(&b, fzero, R, DV)};
+    Op *loop = new_for(&b, zero, S, b_index(&b, COMBINE_UNROLL), 3, init, &body, &z, &c);
+    Value *lz[COMBINE_UNROLL], *oz[COMBINE_UNROLL];
+    for (int u = 0; u < COMBINE_UNROLL; u++) {
+        Value *zu = b_bin(&body, OP_ADD, z, b_index(&body, u));
+        lz[u] = t_load(&body, args[3 + 1], (Value *[]){zu, bi, ph, pr}, lse_dims, b_tile_type(&body, SK_F32, R, 1),
+                       -INFINITY);
+        oz[u] = t_load(&body, args[3], (Value *[]){zu, bi, ph, pr, zero}, o_dims, b_tile_type(&body, SK_F32, R, DV), 0);
+    }
+    Value *mx = c[0];
+    for (int u = 0; u < COMBINE_UNROLL; u++)
+        mx = b_bin(&body, OP_MAX, mx, lz[u]);
+    Value *ms = b_select(&body, b_cmp(&body, "eq", mx, ninf), fzero, mx);
+    Value *rescale = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, c[0], ms));
+    Value *sum = b_bin(&body, OP_MUL, c[1], rescale), *acc = b_bin(&body, OP_MUL, c[2], rescale);
+    for (int u = 0; u < COMBINE_UNROLL; u++) {
+        Value *w = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, lz[u], ms));
+        sum = b_bin(&body, OP_ADD, sum, w);
+        acc = b_bin(&body, OP_ADD, acc, b_bin(&body, OP_MUL, oz[u], w));
+    }
+    t_yield(&body, 3, (Value *[]){mx, sum, acc});
+    Value *m = loop->results[0];
+    sum = loop->results[1];
+    acc = loop->results[2];
     Value *msafe = b_select(&b, b_cmp(&b, "eq", m, ninf), fzero, m);
-    Value *init[2] = {b_splat(&b, fzero, R, 1), b_splat(&b, fzero, R, DV)};
-    Op *l2 = new_for(&b, zero, S, one, 2, init, &body, &z, &c);
-    lz = t_load(&body, args[3 + 1], (Value *[]){z, bi, ph, pr}, lse_dims, b_tile_type(&body, SK_F32, R, 1), 0);
-    Value *w = b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, lz, msafe));
-    Value *oz = t_load(&body, args[3], (Value *[]){z, bi, ph, pr, zero}, o_dims, b_tile_type(&body, SK_F32, R, DV), 0);
-    Value *next[2] = {b_bin(&body, OP_ADD, c[0], w), b_bin(&body, OP_ADD, c[1], b_bin(&body, OP_MUL, oz, w))};
-    t_yield(&body, 2, next);
-    Value *sum = l2->results[0], *acc = l2->results[1];
     Value *o = b_bin(&b, OP_DIV, acc, b_select(&b, b_cmp(&b, "eq", sum, fzero), b_float(&b, SK_F32, 1), sum));
     const int rows_cols[2] = {2, 3};
     t_store(&b, args[3 + 2], b_cast(&b, o, ot->elem), (Value *[]){bi, h, r0, zero}, rows_cols);
