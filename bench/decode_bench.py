@@ -116,6 +116,7 @@ def main():
     ap.add_argument("--arch", default=None, help="target to compile for (default: the device's)")
     ap.add_argument("--quick", action="store_true", help="the four rows of the issue's table only")
     ap.add_argument("--head-dims", default="128,64", help="the full table's head dims (default 128,64)")
+    ap.add_argument("--rows", default="", help="these rows only: B,NK,Nq,H,Hkv,D;... ")
     args = ap.parse_args()
     common.use_kit(args.kit)
     common.use_arch(args.arch)
@@ -123,13 +124,15 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     copy = copy_gbps()
     rows = []
-    for shape in (QUICK if args.quick else full_rows([int(d) for d in args.head_dims.split(",")])):
+    rows_asked = [tuple(int(x) for x in r.split(",")) for r in args.rows.split(";") if r.strip()]
+    shapes = rows_asked or (QUICK if args.quick else full_rows([int(d) for d in args.head_dims.split(",")]))
+    for shape in shapes:
         try:
             rows.append(run_row(*shape))
         except Exception as e:  # noqa: BLE001
             rows.append({"shape": shape, "error": f"{type(e).__name__}: {str(e)[:200]}"})
         print(json.dumps(rows[-1]), flush=True)
-    name = f"decode-{arch}{'-quick' if args.quick else ''}"
+    name = f"decode-{arch}{'-quick' if args.quick else '-rows' if rows_asked else ''}"
     json.dump({"device": torch.cuda.get_device_name(), "copy_GBps": copy, "rows": rows},
               open(os.path.join(args.out, name + ".json"), "w"), indent=1)
     lines = [f"# decode, {arch} on {torch.cuda.get_device_name()}: GB/s of K and V read (copy {copy:.0f} GB/s)", "",
