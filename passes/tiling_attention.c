@@ -98,12 +98,21 @@ Value *band_at(Builder *b, const Attr *bound, Value *i) {
 }
 
 
+static int key_segments_rows(Builder *b, const Op *att, int mask_region, Value *r0, Value *last, int64_t BN,
+                             Value *nk, Segment *seg);
+
 int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t BM, int64_t BN, Value *nk,
                         Segment *seg) {
+    return key_segments_rows(b, att, mask_region, r0, b_bin(b, OP_ADD, r0, b_index(b, BM - 1)), BN, nk, seg);
+}
+
+/* key_segments of the query rows r0 to last. */
+static int key_segments_rows(Builder *b, const Op *att, int mask_region, Value *r0, Value *last, int64_t BN,
+                             Value *nk, Segment *seg) {
     Attr *band = op_attr(att, "band");
     Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
     Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
-    Value *last = b_bin(b, OP_ADD, r0, b_index(b, BM - 1)), *bn = b_index(b, BN);
+    Value *bn = b_index(b, BN);
     Value *start = b_index(b, 0), *end = nk;
     /* the widest range any row sees, and the range every row sees */
     Value *all_lo = start, *all_hi = nk;
@@ -140,10 +149,12 @@ int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t 
 
 /* A launch that splits the keys: the split count's dim and, where the
  * group's query heads share the query tile (GQA packing: one query row,
- * the decode step), the group G (0: not packed). */
+ * the decode step, or a few rows a head: speculative decoding), the group
+ * G (0: not packed). */
 typedef struct KeySplit {
     const char *dim;
     int64_t group;
+    bool rows;   /* packed with Nq >= 2 query rows a head (G·Nq at most the tile's rows), not one */
 } KeySplit;
 
 /* lse = m + log(l) of rows with max m and sum l, in f32 (-inf where no
@@ -159,7 +170,7 @@ static Value *row_lse(Builder *b, Value *m, Value *l) {
 static void split_types(Arena *a, const Op *att, const KeySplit *split, Type **types) {
     const Type *o = att->results[0]->type, *kt = att->operands[1]->type;
     Dim d[5] = {{split->dim, 0}, o->dims[0], o->dims[1], o->dims[2], o->dims[3]};
-    if (split->group)
+    if (split->group && !split->rows)
         d[2] = kt->dims[1], d[3] = (Dim){NULL, split->group};
     types[0] = type_shaped(a, TY_TENSOR, SK_F32, 5, d);
     types[1] = type_shaped(a, TY_TENSOR, SK_F32, 4, d);
@@ -171,7 +182,9 @@ static void split_types(Arena *a, const Op *att, const KeySplit *split, Type **t
  * its share of the key tiles its rows see, writing split_types' partial O
  * and lse; packed (split->group G), a program per (batch, kv head) and
  * split whose rows are the group's G query heads at query row 0 (Nq = 1):
- * K and V are read once for the group, not once a head. */
+ * K and V are read once for the group, not once a head; with
+ * split->rows, its rows are the G heads' Nq query rows each, head g's at
+ * packed rows [g·Nq, (g + 1)·Nq), ceil(G·Nq / BM) programs a kv head. */
 static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int64_t BN, Builder *outer,
                             const PtrVec *side, const KeySplit *split) {
     const char *splits = split ? split->dim : NULL;
@@ -195,8 +208,8 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     Value *grid[3] = {tiling_rows_round_down ? b_bin(outer, OP_FLOORDIV, nq, b_index(outer, t.BM)) : b_ceildiv(outer, nq, t.BM),
                       b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, qt->dims[1])),
                       splits ? b_dim(outer, (Dim){splits, 0}) : b_index(outer, 1)};
-    if (G) {   /* one program of G rows per (batch, kv head) */
-        grid[0] = b_index(outer, 1);
+    if (G) {   /* programs of G rows (or G·Nq: ceil(G·Nq / BM)) per (batch, kv head) */
+        grid[0] = split->rows ? b_ceildiv(outer, b_bin(outer, OP_MUL, nq, b_index(outer, G)), t.BM) : b_index(outer, 1);
         grid[1] = b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, kt->dims[1]));
     }
     Value **args;
@@ -217,7 +230,18 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         map_put(ctx->arena, &t.memrefs, side->items[i], args[6 + i]);
     /* which (batch, head, kv head) and rows this program owns */
     Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]);
-    if (G) {   /* rows: the heads kh·G + r at query row 0; rows past G (other groups' heads) are never stored */
+    Value *nq_in = G && split->rows ? b_dim(&b, qt->dims[2]) : NULL;
+    Value *group_rows = NULL;   /* split->rows: each row's head in the group */
+    if (G && split->rows) {   /* packed row R = r0 + r: head kh·G + R / Nq, query row R mod Nq; rows past G·Nq
+                                 are never stored */
+        t.bi = b_bin(&b, OP_FLOORDIV, args[1], HK);
+        t.kh = b_bin(&b, OP_REM, args[1], HK);
+        t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
+        Value *r = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+        group_rows = b_bin(&b, OP_FLOORDIV, r, nq_in);
+        t.h = b_bin(&b, OP_ADD, group_rows, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
+        t.i_rows = b_bin(&b, OP_SUB, r, b_bin(&b, OP_MUL, group_rows, nq_in));
+    } else if (G) {   /* rows: the heads kh·G + r at query row 0; rows past G (other groups' heads) are never stored */
         t.bi = b_bin(&b, OP_FLOORDIV, args[1], HK);
         t.kh = b_bin(&b, OP_REM, args[1], HK);
         t.h = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
@@ -233,7 +257,9 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     t.nk = b_dim(&b, kt->dims[2]);
     Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
-    int nseg = key_segments(&b, att, 1, t.r0, G ? 1 : t.BM, t.BN, t.nk, seg);
+    int nseg = G && split->rows ? key_segments_rows(&b, att, 1, zero, b_bin(&b, OP_SUB, nq_in, b_index(&b, 1)),
+                                                    t.BN, t.nk, seg)   /* (a tile may hold any query row) */
+                                : key_segments(&b, att, 1, t.r0, G ? 1 : t.BM, t.BN, t.nk, seg);
     if (splits) {   /* this split's share of the key tiles the rows see (the segments' span, whose start
                        is a whole tile): the tiles stay whole, each segment's masking as it was */
         Value *S = b_dim(&b, (Dim){splits, 0}), *first = seg[0].start;
@@ -249,9 +275,18 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     }
     const int rows_cols[2] = {2, 3}, heads_cols[2] = {1, 3};
     Value *qi[4] = {t.bi, t.h, t.r0, zero};
-    if (G)   /* the group's heads' row 0 */
+    if (G && split->rows) {   /* head g's rows from a box of its own shifted to rows g·Nq, selected */
+        t.q = b_splat(&b, b_float(&b, t.dt, 0), t.BM, t.D);
+        for (int64_t g = 0; g < G; g++) {
+            Value *hg = b_bin(&b, OP_ADD, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), b_index(&b, g));
+            Value *shift = b_bin(&b, OP_SUB, t.r0, b_bin(&b, OP_MUL, nq_in, b_index(&b, g)));
+            Value *qg = t_load(&b, t.Q, (Value *[]){t.bi, hg, shift, zero}, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
+            t.q = b_select(&b, b_cmp(&b, "eq", group_rows, b_index(&b, g)), qg, t.q);
+        }
+    } else if (G) {   /* the group's heads' row 0 */
         t.q = t_load(&b, t.Q, (Value *[]){t.bi, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), zero, zero}, heads_cols,
                      b_tile_type(&b, t.dt, t.BM, t.D), 0);
+    }
     else
         t.q = t_load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
     Value *ninf = b_float(&b, t.acc, -INFINITY), *fzero = b_float(&b, t.acc, 0);
@@ -298,7 +333,17 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         t_yield(&body, 1, &o_next);
         acc = l3->results[0];
     }
-    if (splits) {   /* rows that saw no key: O = 0, lse = -inf, which the combine weighs 0 */
+    if (G && split->rows) {   /* head g's rows, shifted back: every other row lands outside [0, Nq) */
+        const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
+        Value *of = b_cast(&b, acc, SK_F32), *lse = row_lse(&b, m, lsum);
+        for (int64_t g = 0; g < G; g++) {
+            Value *hg = b_bin(&b, OP_ADD, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), b_index(&b, g));
+            Value *shift = b_bin(&b, OP_SUB, t.r0, b_bin(&b, OP_MUL, nq_in, b_index(&b, g)));
+            Value *oi[5] = {args[2], t.bi, hg, shift, zero};
+            t_store(&b, args[3 + nin], of, oi, o_dims);
+            t_store(&b, args[3 + nin + 1], lse, oi, lse_dims);
+        }
+    } else if (splits) {   /* rows that saw no key: O = 0, lse = -inf, which the combine weighs 0 */
         const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
         Value *oi[5] = {args[2], t.bi, G ? t.kh : t.h, t.r0, zero};
         t_store(&b, args[3 + nin], b_cast(&b, acc, SK_F32), oi, o_dims);
@@ -338,7 +383,7 @@ static Op *combine_launch(Builder *outer, const Op *att, Op *split, const KeySpl
      * row), head h is row h mod G of kv head h / G; the tile's other rows,
      * other heads', are read but never stored (o has one row) */
     Value *ph = h, *pr = r0;
-    if (ks->group) {
+    if (ks->group && !ks->rows) {
         ph = b_bin(&b, OP_FLOORDIV, h, b_index(&b, ks->group));
         pr = b_bin(&b, OP_ADD, r0, b_bin(&b, OP_REM, h, b_index(&b, ks->group)));
     }
@@ -455,14 +500,19 @@ static const AttnShortTile *short_tile(const Op *func, const char *arch, int64_t
     return NULL;
 }
 
-/* Into tmp: the split count `count` bound as ks->dim (a let line for the
- * runtime), the split launch in SM x SN tiles and its combine (*comb). */
-static void split_launches(PassContext *ctx, Op *func, Op *att, Builder *outer, const PtrVec *side, const KeySplit *ks,
-                          int64_t SM, int64_t SN, Value *count, Op **comb) {
+/* Into outer's block: `count` bound as the dim `name` (a let line for the
+ * runtime). */
+static void define_split_dim(PassContext *ctx, Builder *outer, const Op *att, const char *name, Value *count) {
     Op *def = op_create(ctx->arena, OP_DEFINE_DIM, 1, &count, 0, NULL, 0);
     def->loc = att->loc;
-    op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, ks->dim));
+    op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, name));
     block_append(outer->blk, def);
+}
+
+/* Into outer's block: the split launch in SM x SN tiles over ks->dim splits
+ * (defined before) and its combine (*comb). */
+static void split_launches(PassContext *ctx, Op *func, Op *att, Builder *outer, const PtrVec *side, const KeySplit *ks,
+                           int64_t SM, int64_t SN, Op **comb) {
     Op *split = attention_launch(ctx, func, att, SM, SN, outer, side, ks);
     block_append(outer->blk, split);
     *comb = combine_launch(outer, att, split, ks);
@@ -514,26 +564,37 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     int64_t splits = split_policy(func, ctx->arch, qt, kt);
     const int64_t *st = target_lookup(ctx->arch)->attn_split_tile;
     int64_t SM = schedule_tile(func, ctx->arch, 0, st[0]), SN = schedule_tile(func, ctx->arch, 1, st[1]);
-    /* GQA packing where a call may have one query row: the group (numeric,
-     * 2 to SM heads) fills the split's tile; the runtime takes it where
-     * Nq = 1 (a numeric Nq of 1: always) */
+    /* GQA packing where a call may have few query rows: the group (numeric,
+     * 2 to SM heads) fills the split's tile, at one query row (the head box)
+     * or, where G·Nq fits the tile, at Nq rows a head; the runtime takes
+     * the first where Nq = 1, the second where 2 <= Nq and G·Nq <= SM (a
+     * numeric Nq: the one that fits, alone) */
     int64_t G = qt->dims[1].sym || kt->dims[1].sym ? 0 : qt->dims[1].size / kt->dims[1].size;
-    bool pack = splits && G >= 2 && G <= SM && (qt->dims[2].sym || qt->dims[2].size == 1);
-    Op *packed = NULL, *comb = NULL;
-    if (pack) {
-        KeySplit ks = {split_dim_name(ctx->arena, func, "KV_SPLITS_G"), G};
-        split_launches(ctx, func, att, &outer, &side, &ks, SM, SN,
-                       splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, true), &packed);
-        if (!qt->dims[2].sym) {   /* (split_launches appended it) */
-            replace_with(ctx, att, &tmp, packed->results);
+    bool sym_nq = qt->dims[2].sym;
+    int64_t nq = qt->dims[2].size;
+    bool pack_one = splits && G >= 2 && G <= SM && (sym_nq || nq == 1);
+    bool pack_rows = splits && target_lookup(ctx->arch)->attn_pack_rows && G >= 2 && 2 * G <= SM &&
+                     (sym_nq || (nq >= 2 && G * nq <= SM));
+    Op *packed_one = NULL, *packed_rows = NULL, *comb = NULL;
+    if (pack_one || pack_rows) {   /* both count B·Hkv programs: one split count */
+        const char *gdim = split_dim_name(ctx->arena, func, "KV_SPLITS_G");
+        define_split_dim(ctx, &outer, att, gdim,
+                         splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, true));
+        if (pack_one)
+            split_launches(ctx, func, att, &outer, &side, &(KeySplit){gdim, G, false}, SM, SN, &packed_one);
+        if (pack_rows)
+            split_launches(ctx, func, att, &outer, &side, &(KeySplit){gdim, G, true}, SM, SN, &packed_rows);
+        if (!sym_nq) {   /* (split_launches appended it) */
+            replace_with(ctx, att, &tmp, (packed_one ? packed_one : packed_rows)->results);
             return true;
         }
     }
     Value *is_split = NULL;
     if (splits) {
-        KeySplit ks = {split_dim_name(ctx->arena, func, "KV_SPLITS"), 0};
-        split_launches(ctx, func, att, &outer, &side, &ks, SM, SN,
-                       splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, false), &comb);
+        KeySplit ks = {split_dim_name(ctx->arena, func, "KV_SPLITS"), 0, false};
+        define_split_dim(ctx, &outer, att, ks.dim,
+                         splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, false));
+        split_launches(ctx, func, att, &outer, &side, &ks, SM, SN, &comb);
         if (splits < 0)
             is_split = b_cmp(&outer, "gt", b_dim(&outer, (Dim){ks.dim, 0}), b_index(&outer, 1));
     }
@@ -543,7 +604,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
             picks[i] = comb->results[i];
     } else {
         Op *l = attention_launch(ctx, func, att, BM, BN, &outer, &side, NULL);
-        if (!sh && !is_split && !packed) {   /* one launch */
+        if (!sh && !is_split && !packed_one && !packed_rows) {   /* one launch */
             replace_with_launch(ctx, att, &tmp, l);
             return true;
         }
@@ -567,10 +628,16 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
                            : b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){is_short, few, l->results[i]});
         }
     }
-    if (packed) {   /* one query row: the packed split's */
+    if (packed_rows) {   /* a few query rows a head whose group's fit the tile: that packed split's */
+        Value *fits = b_cmp(&outer, "le", b_bin(&outer, OP_MUL, b_dim(&outer, qt->dims[2]), b_index(&outer, G)),
+                            b_index(&outer, SM));
+        for (int i = 0; i < att->nresults; i++)
+            picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){fits, packed_rows->results[i], picks[i]});
+    }
+    if (packed_one) {   /* one query row: the head box's */
         Value *one = b_cmp(&outer, "eq", b_dim(&outer, qt->dims[2]), b_index(&outer, 1));
         for (int i = 0; i < att->nresults; i++)
-            picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){one, packed->results[i], picks[i]});
+            picks[i] = b_emit(&outer, OP_CHOOSE, att->results[i]->type, 3, (Value *[]){one, packed_one->results[i], picks[i]});
     }
     replace_with(ctx, att, &tmp, picks);
     return true;

@@ -60,7 +60,7 @@ const Target target_sm80 = {
     .short_shared = true, .async_copies = true, .gemm_waits_together = true,
     .smem_limit = 163 * 1024,
     .attn_tile = {128, 64}, .gemm_tile = {128, 128, 64}, .stages = 2, .bwd_tile = {64, 64},
-    .attn_split_tile = {64, 64},
+    .attn_split_tile = {64, 64}, .attn_pack_rows = true,
     /* GEMM programs in groups of 8 row tiles (Triton's GROUP_M): the
      * weights are read from DRAM once a group, not once a row tile
      * (bench/results/2026-12-03-h200/NOTES.md) */
@@ -101,7 +101,7 @@ const Target target_sm90a = {
      * consumers no longer wait for each other between tiles, 128 x 128
      * is ahead at head dim 64 causal N 1k too (2026-12-02, two calls:
      * +0.3 to +4.8 %, f16 and bf16) and 64 x 64 only at N 512 (+9 %) */
-    .attn_split_tile = {64, 64},
+    .attn_split_tile = {64, 64}, .attn_pack_rows = true,
     .attn_short = {{.max_d = 64, .rows = 64, .keys = 64, .max_n = 512, .band_only = true},
                    {.max_d = 128, .rows = 64, .keys = 64, .max_n = 512, .band_only = true}},
     .gemm_tile = {128, 128, 64}, .gemm_group = 8, .stages = 2,

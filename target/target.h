@@ -56,6 +56,10 @@ typedef struct Target {
      * kernel, the fewest query rows a program of the target takes ({0, 0}:
      * no split variant) */
     int64_t attn_split_tile[2];
+    /* the split also packs a GQA group's few query rows a head into its
+     * tile (Nq >= 2; tiling_attention.c): not on sm_70, where the packed
+     * Q's selects spill (ptxas: 672 bytes at head dim 128) */
+    bool attn_pack_rows;
     /* the backward's key-tile kernel: query rows x key rows, at head dims
      * up to 64 ({0, 0}: bwd_tile) and over (the two equal, or the keys the
      * head dim: the kernel keeps every tile in one row layout,
