@@ -176,6 +176,15 @@ static void split_types(Arena *a, const Op *att, const KeySplit *split, Type **t
     types[1] = type_shaped(a, TY_TENSOR, SK_F32, 4, d);
 }
 
+/* Packed rows of a few query rows a head: head g of the group, kh·G + g,
+ * and the query row its first tile row holds, r0 − g·Nq (its rows shifted
+ * into place for Q's box, back for O's and lse's). */
+static void packed_head(Builder *b, const AttnTile *t, int64_t G, int64_t g, Value *nq, Value **head,
+                        Value **shift) {
+    *head = b_bin(b, OP_ADD, b_bin(b, OP_MUL, t->kh, b_index(b, G)), b_index(b, g));
+    *shift = b_bin(b, OP_SUB, t->r0, b_bin(b, OP_MUL, nq, b_index(b, g)));
+}
+
 /* The launch of attention op `att` in BM x BN tiles (its grid computed in
  * `outer`): a program per BM query rows of one (batch, head). With
  * `split`, a program per BM rows and split z of the S (split->dim) over
@@ -232,21 +241,21 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]);
     Value *nq_in = G && split->rows ? b_dim(&b, qt->dims[2]) : NULL;
     Value *group_rows = NULL;   /* split->rows: each row's head in the group */
-    if (G && split->rows) {   /* packed row R = r0 + r: head kh·G + R / Nq, query row R mod Nq; rows past G·Nq
-                                 are never stored */
+    if (G) {   /* a program of (batch, kv head) */
         t.bi = b_bin(&b, OP_FLOORDIV, args[1], HK);
         t.kh = b_bin(&b, OP_REM, args[1], HK);
-        t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
-        Value *r = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
-        group_rows = b_bin(&b, OP_FLOORDIV, r, nq_in);
-        t.h = b_bin(&b, OP_ADD, group_rows, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
-        t.i_rows = b_bin(&b, OP_SUB, r, b_bin(&b, OP_MUL, group_rows, nq_in));
-    } else if (G) {   /* rows: the heads kh·G + r at query row 0; rows past G (other groups' heads) are never stored */
-        t.bi = b_bin(&b, OP_FLOORDIV, args[1], HK);
-        t.kh = b_bin(&b, OP_REM, args[1], HK);
-        t.h = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
-        t.r0 = b_index(&b, 0);
-        t.i_rows = b_splat(&b, t.r0, t.BM, 1);
+        if (split->rows) {   /* packed row R = r0 + r: head kh·G + R / Nq, query row R mod Nq; rows past G·Nq
+                                are never stored */
+            t.r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, t.BM));
+            Value *r = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+            group_rows = b_bin(&b, OP_FLOORDIV, r, nq_in);
+            t.h = b_bin(&b, OP_ADD, group_rows, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
+            t.i_rows = b_bin(&b, OP_SUB, r, b_bin(&b, OP_MUL, group_rows, nq_in));
+        } else {   /* rows: the heads kh·G + r at query row 0; rows past G (other groups' heads) are never stored */
+            t.h = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), b_bin(&b, OP_MUL, t.kh, b_index(&b, G)));
+            t.r0 = b_index(&b, 0);
+            t.i_rows = b_splat(&b, t.r0, t.BM, 1);
+        }
     } else {
         t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
         t.h = b_bin(&b, OP_REM, args[1], H);
@@ -278,17 +287,17 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     if (G && split->rows) {   /* head g's rows from a box of its own shifted to rows g·Nq, selected */
         t.q = b_splat(&b, b_float(&b, t.dt, 0), t.BM, t.D);
         for (int64_t g = 0; g < G; g++) {
-            Value *hg = b_bin(&b, OP_ADD, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), b_index(&b, g));
-            Value *shift = b_bin(&b, OP_SUB, t.r0, b_bin(&b, OP_MUL, nq_in, b_index(&b, g)));
+            Value *hg, *shift;
+            packed_head(&b, &t, G, g, nq_in, &hg, &shift);
             Value *qg = t_load(&b, t.Q, (Value *[]){t.bi, hg, shift, zero}, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
             t.q = b_select(&b, b_cmp(&b, "eq", group_rows, b_index(&b, g)), qg, t.q);
         }
     } else if (G) {   /* the group's heads' row 0 */
         t.q = t_load(&b, t.Q, (Value *[]){t.bi, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), zero, zero}, heads_cols,
                      b_tile_type(&b, t.dt, t.BM, t.D), 0);
-    }
-    else
+    } else {
         t.q = t_load(&b, t.Q, qi, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
+    }
     Value *ninf = b_float(&b, t.acc, -INFINITY), *fzero = b_float(&b, t.acc, 0);
     Builder body;
     Value *j0, **c;
@@ -337,8 +346,8 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         const int o_dims[2] = {3, 4}, lse_dims[2] = {3, -1};
         Value *of = b_cast(&b, acc, SK_F32), *lse = row_lse(&b, m, lsum);
         for (int64_t g = 0; g < G; g++) {
-            Value *hg = b_bin(&b, OP_ADD, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), b_index(&b, g));
-            Value *shift = b_bin(&b, OP_SUB, t.r0, b_bin(&b, OP_MUL, nq_in, b_index(&b, g)));
+            Value *hg, *shift;
+            packed_head(&b, &t, G, g, nq_in, &hg, &shift);
             Value *oi[5] = {args[2], t.bi, hg, shift, zero};
             t_store(&b, args[3 + nin], of, oi, o_dims);
             t_store(&b, args[3 + nin + 1], lse, oi, lse_dims);

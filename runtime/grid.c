@@ -142,7 +142,7 @@ static int64_t expr_logic(Expr *e) {
     return v;
 }
 
-/* A condition of the dims (an assert's, a kernel's when=) into *holds:
+/* A condition of the dims (an assert's, a kernel's when=; a let's value) into *holds:
  * EVAL_OK, EVAL_BAD (the text is not an expression) or EVAL_OVERFLOW (a
  * step leaves 64-bit integers at these dims). */
 EvalStatus eval_condition(const char *text, Binding *bd, int64_t *holds) {
@@ -188,15 +188,16 @@ int bind_lets(const Block *b, Binding *bd, int64_t sms) {
     bd->from[bd->n++] = "the device";
     for (int i = 0; i < b->nlets; i++) {
         const Let *l = &b->lets[i];
-        Expr e = {l->expr, bd, false, false};
-        int64_t v = expr_logic(&e);
+        int64_t v;
+        EvalStatus st = eval_condition(l->expr, bd, &v);
         char dims[256];
-        if (e.bad || *e.p)
+        if (st == EVAL_BAD)
             return rt_fail(ATTNRT_ERROR_MANIFEST, "block '%s': bad let expression '%s' for %s", b->name, l->expr,
                            b->dims[l->dim]);
-        if (e.overflow || v < 1)
+        if (st == EVAL_OVERFLOW || v < 1)
             return rt_fail(ATTNRT_ERROR_ARGUMENT, "block '%s': dim %s = %s is %s at %s", b->name, b->dims[l->dim],
-                           l->expr, e.overflow ? "out of 64-bit integers" : "below 1", binding_text(bd, dims, sizeof dims));
+                           l->expr, st == EVAL_OVERFLOW ? "out of 64-bit integers" : "below 1",
+                           binding_text(bd, dims, sizeof dims));
         snprintf(bd->names[bd->n], MAX_NAME, "%s", b->dims[l->dim]);
         bd->values[bd->n] = v;
         bd->from[bd->n++] = "its let";
