@@ -3,7 +3,7 @@
 keys): attnc.attention beside cuDNN and FlashAttention-2 through PyTorch's
 SDPA, in GB/s of K and V read, and the copy bandwidth of the same run.
 
-    python3 bench/decode_bench.py --kit KIT --out DIR [--arch sm_80] [--quick]
+    python3 bench/decode_bench.py --kit KIT --out DIR [--arch sm_80] [--quick] [--paged 16,64,256]
 
 Each row is B, NK, Nq, query/kv heads, head dim; q, k, v are f16 [B, H, N,
 D], contiguous, not causal (with one query row every key is seen; SDPA's
@@ -16,7 +16,11 @@ enable_gqa). attnc's o is compared with the peers' and with itself
 replayed from a captured CUDA graph (max |difference|, f32): a row off by
 more than 2e-2 is marked, as is one whose call could not be graphed. The
 table (markdown) and the rows (JSON) go to DIR; --quick runs the issue's
-four rows at 32/8 heads, head dim 128.
+four rows at 32/8 heads, head dim 128. --paged also times each row's K and
+V as a paged cache of each page size (a block of pages(table, lens), its
+pages in a random order), against the contiguous call, whose o it must
+match within 2e-2 (the same keys; tiles and splits of their own size), or
+it is marked.
 """
 import json
 import os
@@ -85,7 +89,51 @@ def copy_gbps():
     return 2 * (1 << 30) / ms / 1e6   # read + write
 
 
-def run_row(B, nk, nq, hq, hkv, D):
+PAGED_MODULES = {}
+
+
+def paged_module(hq, hkv, D, page):
+    """The block over a paged cache of these heads and page size (compiled once)."""
+    key = (hq, hkv, D, page)
+    if key not in PAGED_MODULES:
+        name = f"paged_{hq}_{hkv}_{D}_{page}"
+        src = (f"attention {name}(q: f16[B, {hq}, NQ, {D}], k: f16[P, {page}, {hkv}, {D}], "
+               f"v: f16[P, {page}, {hkv}, {D}], table: i32[B, MAXP], lens: i32[B])\n"
+               f"    -> (o: f16[B, {hq}, NQ, {D}]) {{ pages(table, lens); }}\n")
+        PAGED_MODULES[key] = (attnc.compile_text(src, arch=functional.target_of(torch.device("cuda"))), name)
+    return PAGED_MODULES[key]
+
+
+def paged_row(row, q, k, v, o, page):
+    """The row's K and V as a paged cache (pages in a random order, every
+    batch's length NK): GB/s of the same bytes, and the largest difference
+    from the contiguous call's o."""
+    B, hkv, nk, D = k.shape
+    maxp = -(-nk // page)
+    P = B * maxp
+    table = torch.randperm(P, device="cuda").view(B, maxp).to(torch.int32)
+    lens = torch.full((B,), nk, device="cuda", dtype=torch.int32)
+    caches = []
+    for x in (k, v):
+        c = torch.empty(P, page, hkv, D, device="cuda", dtype=x.dtype)
+        pad = torch.zeros(B, hkv, maxp * page, D, device="cuda", dtype=x.dtype)
+        pad[:, :, :nk] = x
+        c[table.long().view(-1)] = pad.view(B, hkv, maxp, page, D).permute(0, 2, 3, 1, 4).reshape(P, page, hkv, D)
+        caches.append(c)
+        del pad
+    mod, name = paged_module(row["H"], hkv, D, page)
+    out = torch.empty_like(o)
+    call = lambda: mod.run(name, q, caches[0], caches[1], table, lens, out=[out])  # noqa: E731
+    call()
+    torch.cuda.synchronize()
+    diff = (out.float() - o.float()).abs().max().nan_to_num(float("inf")).item()
+    ms, _ = timed(call)
+    row[f"paged{page}_ms"], row[f"paged{page}"] = ms, row["kv_GB"] / ms * 1e3
+    row[f"paged{page}_diff"] = diff
+    del caches
+
+
+def run_row(B, nk, nq, hq, hkv, D, pages=()):
     g = torch.Generator(device="cuda").manual_seed(B * 1000003 + nk * 7 + nq)
     q = torch.randn(B, hq, nq, D, device="cuda", dtype=torch.float16, generator=g)
     k = torch.randn(B, hkv, nk, D, device="cuda", dtype=torch.float16, generator=g)
@@ -106,6 +154,8 @@ def run_row(B, nk, nq, hq, hkv, D):
         except Exception as e:  # noqa: BLE001 — a backend that refuses the shape is reported, not fatal
             row[name] = None
             row[name + "_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+    for page in pages:
+        paged_row(row, q, k, v, o, page)
     del q, k, v, o
     torch.cuda.empty_cache()
     return row
@@ -117,6 +167,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="the four rows of the issue's table only")
     ap.add_argument("--head-dims", default="128,64", help="the full table's head dims (default 128,64)")
     ap.add_argument("--rows", default="", help="these rows only: B,NK,Nq,H,Hkv,D;... ")
+    ap.add_argument("--paged", default="", help="also each row's K and V as a paged cache of these page sizes "
+                                                "(pages(table, lens)), e.g. 16,64,256")
     args = ap.parse_args()
     common.use_kit(args.kit)
     common.use_arch(args.arch)
@@ -126,18 +178,24 @@ def main():
     rows = []
     rows_asked = [tuple(int(x) for x in r.split(",")) for r in args.rows.split(";") if r.strip()]
     shapes = rows_asked or (QUICK if args.quick else full_rows([int(d) for d in args.head_dims.split(",")]))
+    pages = [int(p) for p in args.paged.split(",") if p.strip()]
     for shape in shapes:
         try:
-            rows.append(run_row(*shape))
+            rows.append(run_row(*shape, pages=pages))
         except Exception as e:  # noqa: BLE001
             rows.append({"shape": shape, "error": f"{type(e).__name__}: {str(e)[:200]}"})
         print(json.dumps(rows[-1]), flush=True)
     name = f"decode-{arch}{'-quick' if args.quick else '-rows' if rows_asked else ''}"
     json.dump({"device": torch.cuda.get_device_name(), "copy_GBps": copy, "rows": rows},
               open(os.path.join(args.out, name + ".json"), "w"), indent=1)
+    paged_cols = "".join(f" paged {p} |" for p in pages)
     lines = [f"# decode, {arch} on {torch.cuda.get_device_name()}: GB/s of K and V read (copy {copy:.0f} GB/s)", "",
-             "| B | NK | Nq | heads | D | attnc | cuDNN | FA2 | attnc / best | attnc / copy | max diff |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| B | NK | Nq | heads | D | attnc | cuDNN | FA2 | attnc / best | attnc / copy | max diff |" + paged_cols,
+             "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(pages)]
+    if pages:
+        lines.insert(1, "\npaged P: GB/s of the same K and V read as a paged cache of P-key pages "
+                        "(pages(table, lens), a random block table), and its ratio to the contiguous call's\n")
+    paged_ratios = {p: [] for p in pages}
     ratios = []
     for r in rows:
         if "error" in r:
@@ -150,8 +208,14 @@ def main():
         lines.append(f"| {r['B']} | {r['NK']} | {r['Nq']} | {r['H']}/{r['Hkv']} | {r['D']} | {fmt(r['attnc'])} | "
                      f"{fmt(r.get('cudnn'))} | {fmt(r.get('flash2'))} | {r['attnc'] / best:.2f} | "
                      f"{r['attnc'] / copy:.2f} | {diff:.1e}{' OFF' if diff > 2e-2 else ''}"
-                     f"{'' if r['graphed'] else ' (not graphed)'} |")
+                     f"{'' if r['graphed'] else ' (not graphed)'} |" +
+                     "".join(f" {r[f'paged{p}']:.0f} ({r[f'paged{p}'] / r['attnc']:.2f})"
+                             f"{' OFF' if r[f'paged{p}_diff'] > 2e-2 else ''} |" for p in pages))
+        for p in pages:
+            paged_ratios[p].append(r[f"paged{p}"] / r["attnc"])
     lines += ["", f"geometric mean attnc / best peer: {common.geomean(ratios):.3f} over {len(ratios)} rows"]
+    for p, rs in paged_ratios.items():
+        lines.append(f"paged {p} / contiguous: geometric mean {common.geomean(rs):.3f}, lowest {min(rs):.2f}")
     open(os.path.join(args.out, name + ".md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

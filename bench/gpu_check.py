@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 
 import torch
 
@@ -342,6 +343,91 @@ def attention_cases(rep, kit, tmp, quick):
                       causal if ex == "gqa_causal" else None, None, False, lse=lse_out)
 
 
+def paged_src(name, H, HKV, D, page, mask):
+    """A decode block over a paged KV cache (pages(table, lens), doc/dsl.md)."""
+    body = "  pages(table, lens);\n" + (f"  mask(b, h, i, j) = {mask};\n" if mask else "")
+    return (f"attention {name}(q: {DTN}[B, {H}, NQ, {D}], k: {DTN}[P, {page}, {HKV}, {D}], "
+            f"v: {DTN}[P, {page}, {HKV}, {D}], table: i32[B, MAXP], lens: i32[B])\n"
+            f"    -> (o: {DTN}[B, {H}, NQ, {D}], lse: f32[B, {H}, NQ]) {{\n{body}}}\n")
+
+
+# the masks of paged_cases: none (the lengths only), causal aligned to each
+# batch's length, and a 300-key window ending there
+PAGED_MASKS = {
+    "all": (None, lambda b, h, i, j, L, NQ: j >= 0),
+    "causal": ("j <= i + lens[b] - NQ", lambda b, h, i, j, L, NQ: j <= i + L - NQ),
+    "window": ("j <= i + lens[b] - NQ && j > i + lens[b] - NQ - 300",
+               lambda b, h, i, j, L, NQ: (j <= i + L - NQ) & (j > i + L - NQ - 300)),
+}
+
+
+def run_paged(rep, mod, name, B, H, HKV, NQ, D, page, maxp, mask, seed):
+    """One paged case: a cache of more pages than the batch uses, each
+    batch's table a random choice of distinct pages (unused entries past
+    its length left random), random lengths with 0, 1 and the most among
+    them; the reference reads the same keys gathered contiguous."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    P = B * maxp + 3
+    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    kc = (torch.rand(P, page, HKV, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    vc = (torch.rand(P, page, HKV, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    table = torch.randperm(P, device="cuda", generator=g)[:B * maxp].view(B, maxp).to(torch.int32).contiguous()
+    most = maxp * page
+    lens = torch.randint(0, most + 1, (B,), device="cuda", generator=g, dtype=torch.int32)
+    lens[: min(B, 3)] = torch.tensor([0, 1, most], device="cuda", dtype=torch.int32)[: min(B, 3)]
+    o = torch.full((B, H, NQ, D), float("nan"), device="cuda", dtype=DT)
+    lse = torch.full((B, H, NQ), float("nan"), device="cuda", dtype=torch.float32)
+    mod.run(name, q, kc, vc, table, lens, out=[o, lse])
+    torch.cuda.synchronize()
+    # the keys each batch sees, contiguous: [B, HKV, most, D]
+    rows = (table.long().unsqueeze(-1) * page + torch.arange(page, device="cuda")).view(B, most)
+    k = kc.view(P * page, HKV, D)[rows].permute(0, 2, 1, 3)
+    v = vc.view(P * page, HKV, D)[rows].permute(0, 2, 1, 3)
+    L = lens.long().view(B, 1, 1, 1)
+    user = PAGED_MASKS[mask][1]
+    mask_fn = lambda b, h, i, j: user(b, h, i, j, L, NQ) & (j < L)   # noqa: E731
+    o64, lse64 = attention_ref(q, k, v, D ** -0.5, mask_fn, None, torch.float64)
+    o16, lse16 = attention_ref(q, k, v, D ** -0.5, mask_fn, None, None)
+    shape = f"B{B} H{H}/{HKV} NQ{NQ} page {page}x{maxp} D{D}"
+    ref_err = max_err(o16, o64)
+    rep.add(f"{name} o", shape, max_err(o, o64), ref_err, 2 * ref_err + 1e-5, mask)
+    lref = max_err(lse16, lse64)
+    rep.add(f"{name} lse", shape, max_err(lse, lse64), lref, 2 * lref + 1e-5, mask)
+
+
+def paged_cases(rep, kit, tmp, quick):
+    """A paged KV cache (pages(table, lens)): page sizes 16, 64 and 256,
+    GQA 32/8, 8/1 and 6/2, Nq 1, 4 and 16, the masks of PAGED_MASKS; then
+    the runtime's refusals of a bad table or lengths."""
+    configs = [(32, 8, 128, page, mask) for page in (16, 64, 256) for mask in PAGED_MASKS]
+    configs += [(8, 1, 128, 64, "causal"), (6, 2, 64, 16, "causal"), (6, 2, 64, 256, "window"), (8, 1, 64, 32, "all")]
+    for H, HKV, D, page, mask in configs[: 4 if quick else None]:
+        name = f"paged_{H}_{HKV}_d{D}_p{page}_{mask}"
+        mod = compile_src(kit, tmp, name, paged_src(name, H, HKV, D, page, PAGED_MASKS[mask][0]))
+        maxp = max(2, 2048 // page)
+        for NQ in (1, 4, 16):
+            run_paged(rep, mod, name, 5, H, HKV, NQ, D, page, maxp, mask, seed=zlib.crc32(f"{name}{NQ}".encode()))
+    name = "paged_refusals"
+    mod = compile_src(kit, tmp, name, paged_src(name, 8, 2, 64, 64, None))
+    q = torch.zeros(2, 8, 1, 64, device="cuda", dtype=DT)
+    kc = torch.zeros(5, 64, 2, 64, device="cuda", dtype=DT)
+    table = torch.zeros(2, 3, device="cuda", dtype=torch.int32)
+    lens = torch.zeros(2, device="cuda", dtype=torch.int32)
+
+    def expect(what, fn, *needles):
+        try:
+            fn()
+            rep.expect(f"paged: {what}", False, "no error raised")
+        except attnc.AttncError as e:
+            rep.expect(f"paged: {what}", all(n in str(e) for n in needles), str(e).splitlines()[0][:110])
+    expect("table dtype", lambda: mod.run(name, q, kc, kc, table.long(), lens), "input 'table'", "dtype")
+    expect("table batch", lambda: mod.run(name, q, kc, kc, table[:1], lens), "input 'table'", "B")
+    expect("lengths size", lambda: mod.run(name, q, kc, kc, table, lens[:1]), "input 'lens'", "B")
+    expect("lengths dtype", lambda: mod.run(name, q, kc, kc, table, lens.float()), "input 'lens'", "dtype")
+    expect("page size", lambda: mod.run(name, q, kc[:, :32], kc[:, :32], table, lens), "input 'k'", "64")
+    expect("cache pages", lambda: mod.run(name, q, kc, kc[:4], table, lens), "input 'v'", "P")
+
+
 def binding_errors(rep, tmp):
     """The Python binding refuses bad arguments with AttncError naming them."""
     name = "bind_check"
@@ -588,7 +674,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
-    ap.add_argument("--only", choices=["attention", "strided", "mlp", "emulation", "sanitize"], default=None)
+    ap.add_argument("--only", choices=["attention", "strided", "paged", "mlp", "emulation", "sanitize"], default=None)
     args = ap.parse_args()
     global ARCH, DT, DTN, F16ACC, REF_ON_CPU
     ARCH, DTN = args.arch, args.dtype
@@ -606,6 +692,8 @@ def main():
         attention_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "attention", "strided"):
         strided_cases(rep, args.kit, tmp)
+    if args.only in (None, "paged"):
+        paged_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "mlp"):
         mlp_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "emulation") and F16ACC:
@@ -622,6 +710,10 @@ def main():
             run_attention(rep, mod, name, name, 1, 2, 1, 70, 70, 64, acc, 1 / 8, causal, None, False, layout=layout)
         mod = compile_src(args.kit, tmp, "san_cross", attention_src("san_cross", 2, 2, 128, "f32", None, None, True))
         run_attention(rep, mod, "san_cross", "san_cross", 1, 2, 2, 5, 70, 128, "f32", 128 ** -0.5, None, None, True)
+        name = "san_paged"   # a paged cache: every address a kernel forms from the block table
+        mod = compile_src(args.kit, tmp, name, paged_src(name, 8, 2, 64, 16, PAGED_MASKS["causal"][0]))
+        for NQ in (1, 4, 40):
+            run_paged(rep, mod, name, 3, 8, 2, NQ, 64, 16, 9, "causal", seed=NQ)
         if ARCH == "sm_90a":   # persistent blocks, more tiles (320) than blocks: the tile scheduler's ring turns
             name = "san_persistent"
             src = attention_src(name, 16, 16, 64, "f32", "j <= i", None, False) + \

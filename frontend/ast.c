@@ -48,10 +48,10 @@ static void dump_param(FILE *f, const char *role, const Param *p, int depth) {
 }
 
 static void dump_stmt(FILE *f, const Stmt *st, int depth) {
-    static const char *const kinds[] = {"Acc", "Scale", "Mask", "Score", "Assign", "Error"};
+    static const char *const kinds[] = {"Acc", "Scale", "Mask", "Score", "Assign", "Call", "Error"};
     pad(f, depth);
     fputs(kinds[st->kind], f);
-    if (st->kind == S_ACC || st->kind == S_ASSIGN)
+    if (st->kind == S_ACC || st->kind == S_ASSIGN || st->kind == S_CALL)
         fprintf(f, " %s", st->name);
     if (st->nvars) {
         fputs(" (", f);

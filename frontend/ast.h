@@ -53,14 +53,14 @@ typedef struct Param {
     TypeSpec type;
 } Param;
 
-typedef enum StmtKind { S_ACC, S_SCALE, S_MASK, S_SCORE, S_ASSIGN, S_ERROR } StmtKind;
+typedef enum StmtKind { S_ACC, S_SCALE, S_MASK, S_SCORE, S_ASSIGN, S_CALL, S_ERROR } StmtKind;
 
 typedef struct Stmt {
     StmtKind kind;
     Loc loc;              /* whole statement */
-    const char *name;     /* S_ASSIGN target; S_ACC dtype name */
+    const char *name;     /* S_ASSIGN target; S_ACC dtype name; S_CALL statement (pages) */
     Loc name_loc;
-    const char **vars;    /* S_MASK, S_SCORE hook parameters */
+    const char **vars;    /* S_MASK, S_SCORE hook parameters; S_CALL arguments */
     Loc *var_locs;
     int nvars;
     Expr *value;

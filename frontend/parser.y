@@ -248,6 +248,18 @@ stmt:
             $$->vars[i] = v->name; $$->var_locs[i] = v->loc;
         }
     }
+  | IDENT '(' idents ')' ';' {
+        /* a named statement of names: pages(table, lens); sema knows the names */
+        $$ = NEW(ctx->arena, Stmt);
+        $$->kind = S_CALL; $$->loc = @$; $$->name = $1; $$->name_loc = @1;
+        $$->nvars = $3.len;
+        $$->vars = NEW_ARRAY(ctx->arena, const char *, $3.len + 1);
+        $$->var_locs = NEW_ARRAY(ctx->arena, Loc, $3.len + 1);
+        for (int i = 0; i < $3.len; i++) {
+            Expr *v = $3.items[i];
+            $$->vars[i] = v->name; $$->var_locs[i] = v->loc;
+        }
+    }
   | IDENT '=' expr ';' {
         $$ = NEW(ctx->arena, Stmt);
         $$->kind = S_ASSIGN; $$->loc = @$; $$->name = $1; $$->name_loc = @1; $$->value = $3;

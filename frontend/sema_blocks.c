@@ -5,6 +5,7 @@
 #include "runtime/manifest.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ---- declarations: types and parameters ----------------------------------- */
 
@@ -176,6 +177,10 @@ void sema_lower_mlp(Sema *s, const Item *it, Op *func) {
             incomplete = true;
             continue;
         }
+        if (st->kind == S_CALL && strcmp(st->name, "pages")) {
+            diag_error(s->d, s->src, st->name_loc, "unknown statement '%s'", st->name);
+            continue;
+        }
         if (st->kind != S_ASSIGN) {
             diag_error(s->d, s->src, st->name_loc, "'%s' is only allowed in an attention block",
                        st->kind == S_SCALE ? "scale" : st->name);
@@ -248,6 +253,55 @@ typedef struct AttnShape {
     ScalarKind dtype;
 } AttnShape;
 
+/* pages(TABLE, LENS); — k and v are a paged KV cache [pages, page_size,
+ * Hkv, D] (FlashAttention's flash_attn_with_kvcache and vLLM's layout):
+ * batch b's key j is row j % page_size of page TABLE[b, j // page_size],
+ * and its keys are the first LENS[b]. */
+typedef struct Paging {
+    const Stmt *st;
+    Symbol *table, *lens;
+    int64_t page_size;
+} Paging;
+
+enum { MIN_PAGE_SIZE = 16, MAX_PAGE_SIZE = 256 };
+
+/* The pages statement's two names: index inputs of the block, not q, k, v. */
+static bool resolve_paging(Sema *s, const Item *it, const Stmt *st, Paging *pg) {
+    pg->st = st;
+    if (st->nvars != 2) {
+        diag_error(s->d, s->src, st->name_loc,
+                   "pages takes two inputs, the block table and the lengths: pages(table, lens), not %d", st->nvars);
+        return false;
+    }
+    Symbol *syms[2];
+    static const char *const what[2] = {"the block table", "the lengths"};
+    static const int rank[2] = {2, 1};
+    for (int i = 0; i < 2; i++) {
+        Symbol *sym = sema_lookup_sym(s, st->vars[i]);
+        syms[i] = sym;
+        if (!sym || sym->kind != SYM_INPUT) {
+            diag_error(s->d, s->src, st->var_locs[i], "%s '%s' must be an input of the block", what[i], st->vars[i]);
+            return false;
+        }
+        if (!sym->value)
+            return false;   /* its declaration's error is reported */
+        sym->used = true;
+        const Type *t = sym->value->type;
+        bool operand = false;
+        for (int k = 0; k < 3 && k < it->ninputs; k++)
+            operand |= !strcmp(it->inputs[k].name, sym->name);
+        if (operand || t->elem != SK_I32 || t->rank != rank[i]) {
+            diag_error(s->d, s->src, st->var_locs[i], "%s '%s' must be %s, not %s", what[i], sym->name,
+                       i ? "i32[batch]" : "i32[batch, max_pages]", sema_type_text(s, t));
+            diag_note(s->d, s->src, sym->loc, "'%s' is declared here", sym->name);
+            return false;
+        }
+    }
+    pg->table = syms[0];
+    pg->lens = syms[1];
+    return true;
+}
+
 static bool same_dim(Sema *s, Dim want, Dim got, const char *what, Symbol *who, Symbol *ref, int axis) {
     if (dim_equal(want, got))
         return true;
@@ -256,7 +310,40 @@ static bool same_dim(Sema *s, Dim want, Dim got, const char *what, Symbol *who, 
     return false;
 }
 
-static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh) {
+/* A paged cache's shapes: k and v [pages, page_size, Hkv, D], the page size
+ * a number from 16 to 256 and a power of two, the table's and lengths'
+ * batch q's. The keys' dimension is max_pages · page_size. */
+static bool check_paged_operands(Sema *s, AttnShape *sh, Paging *pg) {
+    const Type *k = sh->k->value->type, *v = sh->v->value->type;
+    bool ok = true;
+    Dim ps = k->dims[1];
+    if (ps.sym || ps.size < MIN_PAGE_SIZE || ps.size > MAX_PAGE_SIZE || (ps.size & (ps.size - 1))) {
+        diag_error(s->d, s->src, sh->k->param->type.dim_locs[1],
+                   "the page size of '%s' must be a power of two from %d to %d, not %s", sh->k->name, MIN_PAGE_SIZE,
+                   MAX_PAGE_SIZE, sema_dim_text(s, ps));
+        diag_note(s->d, s->src, pg->st->name_loc, "'%s' is a paged cache [pages, page_size, kv_heads, head_dim] here",
+                  sh->k->name);
+        ok = false;
+    }
+    pg->page_size = ps.size;
+    sh->hkv = k->dims[2];
+    ok &= same_dim(s, k->dims[0], v->dims[0], "page count", sh->v, sh->k, 0);
+    ok &= same_dim(s, ps, v->dims[1], "page size", sh->v, sh->k, 1);
+    ok &= same_dim(s, sh->hkv, v->dims[2], "head count", sh->v, sh->k, 2);
+    ok &= same_dim(s, sh->batch, pg->table->value->type->dims[0], "batch", pg->table, sh->q, 0);
+    ok &= same_dim(s, sh->batch, pg->lens->value->type->dims[0], "batch", pg->lens, sh->q, 0);
+    Dim maxp = pg->table->value->type->dims[1];
+    sh->nk = maxp.sym ? (Dim){arena_printf(s->a, "%sx%lld", maxp.sym, (long long)pg->page_size), 0}
+                      : (Dim){NULL, maxp.size * pg->page_size};
+    if (ok && sh->nk.sym && map_get(&s->dims, sh->nk.sym)) {
+        diag_error(s->d, s->src, pg->st->name_loc, "the paged keys' dimension '%s' is a dimension of the block too",
+                   sh->nk.sym);
+        ok = false;
+    }
+    return ok;
+}
+
+static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Paging *pg) {
     if (it->ninputs < 3) {
         diag_error(s->d, s->src, it->name_loc,
                    "attention block '%s' needs q, k and v as its first three inputs", it->name);
@@ -293,11 +380,16 @@ static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh) {
             ok = false;
         }
     sh->batch = q->dims[0]; sh->hq = q->dims[1]; sh->nq = q->dims[2]; sh->d = q->dims[3];
-    sh->hkv = k->dims[1]; sh->nk = k->dims[2]; sh->dv = v->dims[3];
-    ok &= same_dim(s, sh->batch, k->dims[0], "batch", sh->k, sh->q, 0);
-    ok &= same_dim(s, sh->batch, v->dims[0], "batch", sh->v, sh->q, 0);
-    ok &= same_dim(s, sh->hkv, v->dims[1], "head count", sh->v, sh->k, 1);
-    ok &= same_dim(s, sh->nk, v->dims[2], "sequence length", sh->v, sh->k, 2);
+    sh->dv = v->dims[3];
+    if (pg) {
+        ok &= check_paged_operands(s, sh, pg);
+    } else {
+        sh->hkv = k->dims[1]; sh->nk = k->dims[2];
+        ok &= same_dim(s, sh->batch, k->dims[0], "batch", sh->k, sh->q, 0);
+        ok &= same_dim(s, sh->batch, v->dims[0], "batch", sh->v, sh->q, 0);
+        ok &= same_dim(s, sh->hkv, v->dims[1], "head count", sh->v, sh->k, 1);
+        ok &= same_dim(s, sh->nk, v->dims[2], "sequence length", sh->v, sh->k, 2);
+    }
     ok &= same_dim(s, sh->d, k->dims[3], "head dimension", sh->k, sh->q, 3);
     for (int i = 0; i < 3; i += 2) {
         Dim hd = i == 0 ? sh->d : sh->dv;
@@ -311,7 +403,7 @@ static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh) {
     /* GQA/MQA: query heads are groups of kv heads. Provable now when both are
      * numbers; when either is symbolic the runtime checks it on binding. */
     if (!dim_equal(sh->hq, sh->hkv) && !sh->hq.sym && !sh->hkv.sym && sh->hq.size % sh->hkv.size) {
-        diag_error(s->d, s->src, sh->k->param->type.dim_locs[1],
+        diag_error(s->d, s->src, sh->k->param->type.dim_locs[pg ? 2 : 1],
                    "query heads (%lld) are not a multiple of kv heads (%lld)", (long long)sh->hq.size,
                    (long long)sh->hkv.size);
         diag_note(s->d, s->src, sh->q->param->type.dim_locs[1], "query heads are declared here");
@@ -390,12 +482,89 @@ static bool lower_hook(Sema *s, const Stmt *st, Op *op, HookKind kind) {
     return ok && result;
 }
 
+/* A paged cache as the [B, Hkv, Nk, D] tensor the block reads:
+ * attn.pages(cache, table, lens), after the keys' dimension is defined
+ * (max_pages · page_size, a tile.define_dim where max_pages is symbolic). */
+static Value *paged_view(Sema *s, const AttnShape *sh, const Paging *pg, Symbol *cache, Dim head_dim) {
+    Loc loc = pg->st->loc;
+    if (sh->nk.sym && !map_get(&s->dims, sh->nk.sym)) {
+        Dim maxp = pg->table->value->type->dims[1];
+        Op *d = sema_emit_op(s, loc, OP_DIM, 0, NULL, type_scalar(s->a, SK_INDEX));
+        op_set_attr(s->a, d, "name", attr_str(s->a, maxp.sym));
+        Value *n = sema_emit(s, loc, OP_MUL, type_scalar(s->a, SK_INDEX), d->results[0],
+                             sema_emit_constant(s, loc, (Val){VAL_INT, pg->page_size, 0, NULL}, SK_INDEX));
+        Op *def = sema_emit_op(s, loc, OP_DEFINE_DIM, 1, &n, NULL);
+        op_set_attr(s->a, def, "name", attr_str(s->a, sh->nk.sym));
+        map_put(s->a, &s->dims, sh->nk.sym, (void *)1);
+    }
+    Dim dims[4] = {sh->batch, sh->hkv, sh->nk, head_dim};
+    Value *ops[3] = {cache->value, pg->table->value, pg->lens->value};
+    Op *view = sema_emit_op(s, cache->loc, OP_PAGES, 3, ops, type_shaped(s->a, TY_TENSOR, sh->dtype, 4, dims));
+    op_set_attr(s->a, view, "page_size", attr_int(s->a, pg->page_size));
+    return view->results[0];
+}
+
+/* A paged cache's batch b has LENS[b] keys: the mask hook (`mask`, made
+ * if the block has none) also keeps only j < lens[b]. */
+static Value *mask_lengths(Sema *s, const Paging *pg, Op *mask, Value *scores) {
+    Block *saved = s->insert;
+    Loc loc = pg->st->loc;
+    Value *keep = NULL;
+    if (!mask) {
+        Value *ops[1] = {scores};
+        Type *rt = scores->type;
+        mask = op_create(s->a, OP_MASK, 1, ops, 1, &rt, 1);
+        mask->loc = sema_srcloc(s, loc);
+        Block *b = region_add_block(s->a, &mask->regions[0]);
+        static const char *const names[4] = {"b", "h", "i", "j"};
+        for (int i = 0; i < 4; i++)
+            block_add_arg(s->a, b, type_scalar(s->a, SK_INDEX), names[i]);
+        block_append(s->insert, mask);
+    } else {   /* the user's hook: its yield goes, its value is and-ed */
+        Op *yield = mask->regions[0].blocks[0]->last;
+        keep = yield->operands[0];
+        op_unlink(yield);
+    }
+    Block *b = mask->regions[0].blocks[0];
+    s->insert = b;
+    Value *ext_ops[2] = {pg->lens->value, b->args[0]};
+    Value *len = sema_emit_op(s, loc, OP_EXTRACT, 2, ext_ops, type_scalar(s->a, SK_I32))->results[0];
+    len = sema_emit_cast(s, loc, len, SK_INDEX);
+    Value *in = sema_emit(s, loc, OP_CMP, type_scalar(s->a, SK_I1), b->args[3], len);
+    op_set_attr(s->a, in->def, "pred", attr_str(s->a, "lt"));
+    if (keep)
+        in = sema_emit(s, loc, OP_AND, type_scalar(s->a, SK_I1), keep, in);
+    sema_emit_op(s, loc, OP_YIELD, 1, &in, NULL);
+    s->insert = saved;
+    return mask->results[0];
+}
+
 void sema_lower_attention(Sema *s, const Item *it, Op *func) {
     Block *body = op_body(func);
     if (!declare_params(s, it, body))
         return;
+    /* pages(...) first: it says how k and v are shaped */
+    Paging paging, *pg = NULL;
+    for (int i = 0; i < it->nstmts; i++) {
+        const Stmt *st = it->stmts[i];
+        if (st->kind != S_CALL)
+            continue;
+        if (strcmp(st->name, "pages")) {
+            diag_error(s->d, s->src, st->name_loc, "unknown statement '%s'", st->name);
+            diag_note(s->d, s->src, st->name_loc, "an attention block takes acc, scale, mask, score and pages");
+            return;
+        }
+        if (pg) {
+            diag_error(s->d, s->src, st->name_loc, "'pages' is given twice");
+            diag_note(s->d, s->src, pg->st->name_loc, "first given here");
+            return;
+        }
+        if (!resolve_paging(s, it, st, &paging))
+            return;
+        pg = &paging;
+    }
     AttnShape sh;
-    if (!check_attention_operands(s, it, &sh) || !check_attention_outputs(s, it, &sh))
+    if (!check_attention_operands(s, it, &sh, pg) || !check_attention_outputs(s, it, &sh))
         return;
     check_acc(s, it);
     if (s->acc == SK_F16 && sh.dtype != SK_F16) {
@@ -411,7 +580,7 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
         if (st->kind == S_ASSIGN)
             diag_error(s->d, s->src, st->name_loc,
                        "assignments are only allowed in mlp blocks; an attention block "
-                       "takes acc, scale, mask and score");
+                       "takes acc, scale, mask, score and pages");
         if (!slot)
             continue;
         if (*slot) {
@@ -442,6 +611,10 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
     s->insert = body;
     Loc loc = it->loc;
     Value *q = sh.q->value, *k = sh.k->value, *v = sh.v->value;
+    if (pg) {
+        k = paged_view(s, &sh, pg, sh.k, sh.d);
+        v = paged_view(s, &sh, pg, sh.v, sh.dv);
+    }
     if (!dim_equal(sh.hq, sh.hkv)) {  /* GQA: each kv head serves Hq/Hkv query heads */
         Dim kd[4] = {sh.batch, sh.hq, sh.nk, sh.d}, vd[4] = {sh.batch, sh.hq, sh.nk, sh.dv};
         k = sema_emit(s, sh.k->loc, OP_EXPAND_HEADS, type_shaped(s->a, TY_TENSOR, sh.dtype, 4, kd), k, NULL);
@@ -475,6 +648,8 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
     }
     if (!ok)
         return;
+    if (pg)
+        scores = mask_lengths(s, pg, hooks[1], scores);
     Value *probs = sema_emit(s, loc, OP_SOFTMAX, scores_t, scores, NULL);
     Value *p = sema_emit_cast(s, loc, probs, sh.dtype);
     Dim o_dims[4] = {sh.batch, sh.hq, sh.nq, sh.dv};

@@ -310,6 +310,31 @@ bool eval_expand_heads(Interp *in, const Op *op) {
     return eval_set_result(in, op, r);
 }
 
+/* A paged cache read as [B, Hkv, Nk, D]: key j of batch b is row
+ * j % page_size of page table[b, j // page_size]; a key at or past
+ * lens[b], or on a page outside the cache, reads 0 (as a hook's read
+ * outside a tensor does: the kernels never read outside the cache). */
+bool eval_pages(Interp *in, const Op *op) {
+    Tensor *c = eval_get(in, op->operands[0]), *table = eval_get(in, op->operands[1]);
+    Tensor *lens = eval_get(in, op->operands[2]);
+    Tensor *r = eval_new_result(in, op);
+    if (!r)
+        return false;
+    int64_t ps = c->dims[1], hk = c->dims[2], d = c->dims[3], maxp = table->dims[1];
+    for (int64_t b = 0; b < r->dims[0]; b++)
+        for (int64_t h = 0; h < hk; h++)
+            for (int64_t j = 0; j < r->dims[2]; j++) {
+                double *row = r->data + ((b * hk + h) * r->dims[2] + j) * d;
+                double page = j / ps < maxp ? table->data[b * maxp + j / ps] : -1;
+                if (j >= lens->data[b] || page < 0 || page >= (double)c->dims[0]) {
+                    memset(row, 0, sizeof(double) * (size_t)d);
+                    continue;
+                }
+                memcpy(row, c->data + (((int64_t)page * ps + j % ps) * hk + h) * d, sizeof(double) * (size_t)d);
+            }
+    return eval_set_result(in, op, r);
+}
+
 /* GQA's adjoint: each kv head gets the sum over its group of query heads,
  * summed exactly and rounded once. */
 bool eval_sum_heads(Interp *in, const Op *op) {

@@ -57,9 +57,20 @@ static bool used_as_weight(const Block *blk, const Value *v) {
     return false;
 }
 
+/* The attn.pages reading arg as its block table (1) or lengths (2), or NULL. */
+static const Op *paged_by(const Block *body, const Value *arg, int operand) {
+    for_each_op(op, body)
+        if (op->kind == OP_PAGES && op->operands[operand] == arg)
+            return op;
+    return NULL;
+}
+
 /* N(0, 1) numbers, or for a weight [.., K, N] N(0, 1/K), as initialised
  * weights are: then x @ w stays N(0, 1)-sized at any K, and f16 blocks at
- * their real sizes do not overflow. Integers (indices) are 0..4. */
+ * their real sizes do not overflow. Integers (indices) are 0..4, but a
+ * paged cache's block table holds random pages of the cache (0 to
+ * pages − 1), and its lengths 0 to max_pages · page_size (each length
+ * 0, 1 and the most as likely as a tenth of the rest). */
 static Tensor *random_input(Interp *in, const Block *body, const Value *arg, Rng *rng) {
     const Type *t = arg->type;
     int64_t dims[MAX_RANK];
@@ -68,9 +79,28 @@ static Tensor *random_input(Interp *in, const Block *body, const Value *arg, Rng
     int rank = t->kind == TY_SCALAR ? 0 : t->rank;
     Tensor *x = tensor_new(in->arena, t->elem, rank, dims);
     double scale = rank >= 2 && used_as_weight(body, arg) ? 1 / sqrt((double)dims[rank - 2]) : 1;
-    for (int64_t e = 0; e < x->size; e++)
-        x->data[e] = scalar_is_float(t->elem) ? round_to(t->elem, scale * rng_normal(rng))
-                                              : (double)(rng_next(rng) % 5);
+    const Op *table = paged_by(body, arg, 1), *lens = paged_by(body, arg, 2);
+    int64_t pages = 0, most = 0;
+    if (table || lens) {
+        const Op *p = table ? table : lens;
+        int64_t cdims[MAX_RANK];
+        if (!concrete_shape(in, p->operands[0]->type, cdims) || !concrete_shape(in, p->operands[1]->type, dims + 1))
+            return NULL;
+        pages = cdims[0];
+        most = dims[2] * op_attr(p, "page_size")->i;
+        concrete_shape(in, t, dims);
+    }
+    for (int64_t e = 0; e < x->size; e++) {
+        if (table) {
+            x->data[e] = (double)(rng_next(rng) % (uint64_t)pages);
+        } else if (lens) {
+            uint64_t r = rng_next(rng) % 13;
+            x->data[e] = r == 0 ? 0 : r == 1 ? 1 : r == 2 ? (double)most : (double)(rng_next(rng) % (uint64_t)(most + 1));
+        } else {
+            x->data[e] = scalar_is_float(t->elem) ? round_to(t->elem, scale * rng_normal(rng))
+                                                  : (double)(rng_next(rng) % 5);
+        }
+    }
     return x;
 }
 

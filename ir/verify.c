@@ -350,6 +350,33 @@ static void verify_expand_heads(Verifier *v, Op *op) {
         op_error(v, op, "%lld heads are not a multiple of %lld", (long long)many.size, (long long)few.size);
 }
 
+/* attn.pages(%cache, %table, %lens) {page_size}: a paged KV cache
+ * [pages, page_size, Hkv, D] read as [B, Hkv, Nk, D], batch b's key j at
+ * row j % page_size of page table[b, j // page_size] (i32[B, max_pages]),
+ * keys at or past lens[b] (i32[B]) zero. Nk is max_pages · page_size. */
+static void verify_pages(Verifier *v, Op *op) {
+    const Type *c = op->operands[0]->type, *t = op->operands[1]->type, *l = op->operands[2]->type;
+    const Type *r = op->results[0]->type;
+    Attr *ps = op_attr(op, "page_size");
+    if (!is_tensor(c) || !is_tensor(r) || c->rank != 4 || r->rank != 4 || c->elem != r->elem) {
+        op_error(v, op, "cache and result must be rank-4 tensors of one element type");
+        return;
+    }
+    if (!is_tensor(t) || t->rank != 2 || t->elem != SK_I32 || !is_tensor(l) || l->rank != 1 || l->elem != SK_I32) {
+        op_error(v, op, "needs an i32[B, max_pages] block table and i32[B] lengths");
+        return;
+    }
+    if (!ps || ps->kind != AT_INT || ps->i <= 0 || !dim_equal(c->dims[1], (Dim){NULL, ps->i})) {
+        op_error(v, op, "needs attribute 'page_size', the cache's dimension 1");
+        return;
+    }
+    if (!dim_equal(r->dims[0], t->dims[0]) || !dim_equal(r->dims[0], l->dims[0]) ||
+        !dim_equal(r->dims[1], c->dims[2]) || !dim_equal(r->dims[3], c->dims[3]))
+        op_error(v, op, "result must be [B, Hkv, Nk, D] of the table's B and the cache's Hkv and D");
+    else if (!t->dims[1].sym && !dim_equal(r->dims[2], (Dim){NULL, t->dims[1].size * ps->i}))
+        op_error(v, op, "result's keys must be max_pages · page_size");
+}
+
 /* attn.reshape: adds or drops dimensions of size 1 (the elements keep their
  * row-major order). */
 static void verify_reshape(Verifier *v, Op *op) {

@@ -39,6 +39,45 @@ static bool outside(const Value *v, const Op *loop) {
     return true;
 }
 
+/* Whether x is computed from iv inside `loop` by pure scalar ops whose
+ * other inputs are outside it or constants: a paged cache's page,
+ * table[b, j // page_size], and row, j % page_size. */
+static bool from_iv(const Value *x, const Op *loop, const Value *iv, int depth) {
+    if (x == iv)
+        return true;
+    const Op *d = x->def;
+    if (!d || depth > 8 || x->type->kind != TY_SCALAR || !(op_info[d->kind].flags & OPF_PURE) || d->nregions)
+        return false;
+    bool uses = false;
+    for (int i = 0; i < d->noperands; i++) {
+        const Value *y = d->operands[i];
+        if (from_iv(y, loop, iv, depth + 1))
+            uses = true;
+        else if (!outside(y, loop) && !(y->def && y->def->kind == OP_CONSTANT))
+            return false;
+    }
+    return uses;
+}
+
+/* x (an index of a load) at iteration `at`: from_iv's ops again, with at
+ * for iv, built at b; x itself where the loop does not compute it. */
+static Value *index_at(Builder *b, Value *x, const Op *loop, const Value *iv, Value *at) {
+    if (x == iv)
+        return at;
+    if (x->def && x->def->kind == OP_CONSTANT && x->type->elem == SK_INDEX)   /* may live inside the loop */
+        return b_index(b, op_attr(x->def, "value")->i);
+    if (outside(x, loop))
+        return x;
+    const Op *d = x->def;
+    Value **ops = NEW_ARRAY(b->a, Value *, d->noperands + 1);
+    for (int i = 0; i < d->noperands; i++)
+        ops[i] = index_at(b, d->operands[i], loop, iv, at);
+    Value *r = b_emit(b, d->kind, x->type, d->noperands, ops);
+    r->def->attrs = d->attrs;
+    r->def->nattrs = d->nattrs;
+    return r;
+}
+
 static bool qualifies(const Op *load, const Op *loop, const Value *iv) {
     const Value *mem = load->operands[0];
     Attr *pad = op_attr(load, "pad");
@@ -52,7 +91,7 @@ static bool qualifies(const Op *load, const Op *loop, const Value *iv) {
     bool uses_iv = false;
     for (int i = 1; i < load->noperands; i++) {
         const Value *x = load->operands[i];
-        if (x == iv)
+        if (from_iv(x, loop, iv, 0))
             uses_iv = true;
         else if (!outside(x, loop) && !(x->def && x->def->kind == OP_CONSTANT))
             return false;
@@ -95,14 +134,9 @@ static Value *copy(Builder *b, const Op *load, Value *buf, Value *stage, const V
     ops[0] = load->operands[0];
     ops[1] = buf;
     ops[2] = stage;
-    for (int i = 0; i < n; i++) {
-        Value *x = load->operands[1 + i];
-        if (x == iv)
-            x = at;
-        else if (x->def && x->def->kind == OP_CONSTANT)   /* may live inside the loop */
-            x = b_index(b, op_attr(x->def, "value")->i);
-        ops[3 + i] = x;
-    }
+    const Op *loop = iv->owner->parent->parent;
+    for (int i = 0; i < n; i++)
+        ops[3 + i] = index_at(b, load->operands[1 + i], loop, iv, at);
     Type *tok = NEW(b->a, Type);
     tok->kind = TY_TOKEN;
     Value *t = b_emit(b, OP_COPY_ASYNC, tok, n + 3, ops);
@@ -122,7 +156,87 @@ typedef struct Chain {
     int ncarried;
     Op **fresh;            /* its copies of iteration it + S - 1 (one per load) */
     Value *ahead;          /* their index: iv + step·(S - 1) */
+    Op **first;            /* the copies before its first loop, of iterations 0 .. S - 2 */
+    Value **first_at;      /* their indices */
+    int nfirst;
 } Chain;
+
+/* Whether v is a constant index, c: a constant, or sums and products of
+ * them (the prologue's lb + step·s). */
+static bool index_constant(const Value *v, int64_t *c) {
+    const Op *d = v->def;
+    int64_t x, y;
+    if (!d)
+        return false;
+    if (d->kind == OP_CONSTANT) {
+        Attr *a = op_attr(d, "value");
+        *c = a && a->kind == AT_INT ? a->i : 0;
+        return a && a->kind == AT_INT;
+    }
+    if ((d->kind != OP_ADD && d->kind != OP_MUL) || !index_constant(d->operands[0], &x) ||
+        !index_constant(d->operands[1], &y))
+        return false;
+    *c = d->kind == OP_ADD ? x + y : x * y;
+    return true;
+}
+
+/* Guards cp, a copy of the tile at index `at`, by at < end: otherwise its
+ * row index is the memref's dim, past the tensor's end, where no target
+ * fetches anything. Its row index is `at` itself, or (a paged cache's row
+ * in its page) computed from it. A copy that nobody waits for must not be
+ * issued: it would land in shared memory after its block exited, into
+ * another block's buffers. */
+static bool needs_guard(const Op *cp, Value *at, Value *end, const Op *loop) {
+    const Value *x = cp->operands[3 + op_attr(cp, "dims")->elems[0]->i];
+    int64_t ca, ce;
+    return (x == at || from_iv(x, loop, at, 0)) && !(index_constant(at, &ca) && index_constant(end, &ce) && ca < ce);
+}
+
+static void guard_copy(Arena *a, Op *cp, Value *at, Value *end, const Op *loop) {
+    int row = (int)op_attr(cp, "dims")->elems[0]->i;
+    Value *x = cp->operands[3 + row];
+    if (!needs_guard(cp, at, end, loop))
+        return;
+    Builder b = {a, NULL, cp, cp->loc};
+    cp->operands[3 + row] = b_select(&b, b_cmp(&b, "lt", at, end), x, b_dim(&b, cp->operands[0]->type->dims[row]));
+}
+
+/* The chain's first copies, before its first loop, guarded by its end
+ * (a chain with fewer tiles than S - 1: none at all in a split past the
+ * keys a window leaves, or a paged batch of length 0). Where the end is
+ * computed after them (hoist_prologue moved them up), they move down to
+ * it, in their order, still before the loop. */
+static void guard_first(Arena *a, Chain *chain) {
+    bool any = false;
+    for (int c = 0; c < chain->nfirst; c++)
+        any |= needs_guard(chain->first[c], chain->first_at[c], chain->ub, chain->loop);
+    if (!any)
+        return;
+    Op *first = chain->first[0];
+    const Op *end = chain->ub->def;
+    if (end && end->parent == first->parent) {
+        bool before = false, after = false;
+        for (const Op *o = first->parent->first; o != first; o = o->next)
+            before |= o == end;
+        for (const Op *o = first->next; !before && !after && o && o->kind != OP_FOR; o = o->next)
+            after = o == end;
+        if (!before && !after)
+            return;   /* (defined past the loop: never, as the loop's bound) */
+        if (after) {   /* in their order in the block (stage by stage), after the end */
+            Op *at = end->next;
+            for (Op *o = first->parent->first, *next; o != end; o = next) {
+                next = o->next;
+                for (int c = 0; c < chain->nfirst; c++)
+                    if (o == chain->first[c]) {
+                        op_unlink(o);
+                        op_insert_before(at, o);
+                    }
+            }
+        }
+    }
+    for (int c = 0; c < chain->nfirst; c++)
+        guard_copy(a, chain->first[c], chain->first_at[c], chain->ub, chain->loop);
+}
 
 /* The chain ends with its last loop: the copies that loop issues at
  * iv + step·(S - 1) >= ub fetch tiles nobody reads (in a causal row, the
@@ -135,15 +249,19 @@ typedef struct Chain {
 static void end_chain(PassContext *ctx, Chain *chain, bool async) {
     if (!async || !chain->loop)   /* (a chain with a loop has its fresh copies) */
         return;
+    guard_first(ctx->arena, chain);
     for (int c = 0; c < chain->loads.len; c++) {
         Op *cp = chain->fresh[c];
         const Type *mt = cp->operands[0]->type;
+        int row = (int)op_attr(cp, "dims")->elems[0]->i;
         for (int i = 3; i < cp->noperands; i++) {
-            if (cp->operands[i] != chain->ahead)
+            /* the index itself, or (a paged cache's) row computed from it */
+            if (cp->operands[i] != chain->ahead &&
+                !(i - 3 == row && from_iv(cp->operands[i], chain->loop, chain->ahead, 0)))
                 continue;
             Builder b = {ctx->arena, NULL, cp, cp->loc};
             Value *inside = b_cmp(&b, "lt", chain->ahead, chain->ub);
-            cp->operands[i] = b_select(&b, inside, chain->ahead, b_dim(&b, mt->dims[i - 3]));
+            cp->operands[i] = b_select(&b, inside, cp->operands[i], b_dim(&b, mt->dims[i - 3]));
         }
     }
     chain->loop = NULL;
@@ -207,6 +325,7 @@ typedef struct Pipeline {
     int n, ncarried;
     int64_t S;
     Value **bufs, **toks, **targ;
+    Value **at;         /* the prologue's copies' indices, as toks */
 } Pipeline;
 
 /* The buffers and the copies issued before the loop (its first S - 1
@@ -220,6 +339,7 @@ static void prologue(Pipeline *pl, Chain *chain, bool continues) {
     Op *before_prologue = pl->loop->prev;
     pl->bufs = NEW_ARRAY(a, Value *, n);
     pl->toks = NEW_ARRAY(a, Value *, n * (S - 1));
+    pl->at = NEW_ARRAY(a, Value *, n * (S - 1));
     if (continues) {
         pl->iv_base = chain->iv_base;
         memcpy(pl->bufs, chain->bufs, sizeof(Value *) * (size_t)n);
@@ -237,6 +357,7 @@ static void prologue(Pipeline *pl, Chain *chain, bool continues) {
         bt->space = AS_SHARED;
         pl->bufs[c] = b_emit(&pre, OP_ALLOC, bt, 0, NULL);
         pl->toks[c * (S - 1)] = copy(&pre, ld, pl->bufs[c], b_index(&pre, 0), pl->iv, pl->lb);
+        pl->at[c * (S - 1)] = pl->lb;
     }
     /* the later stages stage by stage, as the loop issues them: a wait then
      * leaves as many younger copies in flight in the first iteration as in
@@ -245,8 +366,10 @@ static void prologue(Pipeline *pl, Chain *chain, bool continues) {
      * GEMM's combined wait at 3 stages waited for the next K step too) */
     for (int s = 1; s < S - 1; s++) {
         Value *at = b_bin(&pre, OP_ADD, pl->lb, b_bin(&pre, OP_MUL, pl->step, b_index(&pre, s)));
-        for (int c = 0; c < n; c++)
+        for (int c = 0; c < n; c++) {
             pl->toks[c * (S - 1) + s] = copy(&pre, pl->loads.items[c], pl->bufs[c], b_index(&pre, s), pl->iv, at);
+            pl->at[c * (S - 1) + s] = at;
+        }
     }
     hoist_prologue(before_prologue ? before_prologue->next : pl->loop->parent->first, pl->loop);
 }
@@ -375,7 +498,7 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
         return;
     Arena *a = ctx->arena;
     Pipeline pl = {a, loop, NULL, body, iv, loop->operands[0], loop->operands[2], loop->operands[0], loads,
-                   loads.len, loop->noperands - 3, S, NULL, NULL, NULL};
+                   loads.len, loop->noperands - 3, S, NULL, NULL, NULL, NULL};
     /* The next segment of a chain takes over the buffers and the copies in
      * flight of the segment before: that one's last iterations already
      * fetched this one's first tiles (at its index + step·(S - 1)), so the
@@ -411,7 +534,18 @@ static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake
     Op **fresh_ops = NEW_ARRAY(a, Op *, pl.n);
     for (int c = 0; c < pl.n; c++)
         fresh_ops[c] = fresh[c]->def;
-    *chain = (Chain){pl.nl, pl.iv_base, pl.nl->operands[1], pl.step, loads, pl.bufs, pl.ncarried, fresh_ops, ahead};
+    Op **first = chain->first;
+    Value **first_at = chain->first_at;
+    int nfirst = chain->nfirst;
+    if (!continues) {   /* this loop's prologue starts the chain */
+        nfirst = pl.n * (int)(S - 1);
+        first = NEW_ARRAY(a, Op *, nfirst);
+        for (int i = 0; i < nfirst; i++)
+            first[i] = pl.toks[i]->def;
+        first_at = pl.at;
+    }
+    *chain = (Chain){pl.nl, pl.iv_base, pl.nl->operands[1], pl.step, loads, pl.bufs, pl.ncarried, fresh_ops, ahead,
+                     first, first_at, nfirst};
 }
 
 static int64_t stages_for(const Op *func, const char *arch) {

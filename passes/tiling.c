@@ -187,7 +187,7 @@ Value *vectorise(Builder *b, const Block *region, Value **args, const Map *memre
 static Map replaced;
 /* The broken twin's mistake (test-tiling-rows-round-down): attention's query
  * tiles counted by floor(N / BM), so a ragged last tile has no program. */
-bool tiling_rows_round_down, tiling_split_round_down;
+bool tiling_rows_round_down, tiling_split_round_down, tiling_pages_in_order;
 
 /* Puts the ops built in `tmp` (grid computations, launches) where `op`
  * was, and `results` in place of op's. */
@@ -269,7 +269,7 @@ int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64
 static bool run(Op *module, PassContext *ctx);
 
 bool pass_tiling(Op *module, PassContext *ctx) {
-    tiling_rows_round_down = tiling_split_round_down = false;
+    tiling_rows_round_down = tiling_split_round_down = tiling_pages_in_order = false;
     return run(module, ctx);
 }
 
@@ -277,6 +277,13 @@ bool pass_test_tiling_split_round_down(Op *module, PassContext *ctx) {
     tiling_split_round_down = true;
     bool ok = run(module, ctx);
     tiling_split_round_down = false;
+    return ok;
+}
+
+bool pass_test_tiling_pages_in_order(Op *module, PassContext *ctx) {
+    tiling_pages_in_order = true;
+    bool ok = run(module, ctx);
+    tiling_pages_in_order = false;
     return ok;
 }
 

@@ -63,5 +63,9 @@ extern bool tiling_rows_round_down;
 /* the broken twin test-tiling-split-round-down: a split's key tiles
  * counted rounding down, so the last keys are in no split */
 extern bool tiling_split_round_down;
+/* the broken twin test-tiling-pages-in-order: a paged cache's pages read
+ * in order (batch b's key j on page b·max_pages + j // page_size), the
+ * block table ignored */
+extern bool tiling_pages_in_order;
 
 #endif

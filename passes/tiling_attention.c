@@ -15,16 +15,42 @@ typedef struct AttnTile {
     int64_t BM, BN, D, DV;
     double scale;
     Value *nk;
+    /* a paged cache (attn.pages): the block table's memref, the page size
+     * (at least BN: a key tile never crosses a page) */
+    Value *table;
+    int64_t page_size;
 } AttnTile;
+
+/* The attn.pages k (or v) of att is read through, or NULL: a paged cache. */
+static const Op *paged(const Op *att, int operand) {
+    const Value *x = att->operands[operand];
+    return x->def && x->def->kind == OP_PAGES ? x->def : NULL;
+}
+
+/* The key tile at j0 of K or V (mem): [BN, cols] of kv head kh, from its
+ * rows of a paged cache [pages, page_size, Hkv, D] (page table[b, j0 //
+ * page_size], from row j0 % page_size) or of [B, Hkv, Nk, D]. */
+static Value *key_tile(AttnTile *t, Builder *b, Value *mem, Value *j0, int64_t cols) {
+    Value *zero = b_index(b, 0);
+    Type *ty = b_tile_type(b, t->dt, t->BN, cols);
+    if (!t->table) {
+        const int rows_cols[2] = {2, 3};
+        return t_load(b, mem, (Value *[]){t->bi, t->kh, j0, zero}, rows_cols, ty, 0);
+    }
+    Value *ps = b_index(b, t->page_size);
+    Value *at[3] = {t->table, t->bi, b_bin(b, OP_FLOORDIV, j0, ps)};
+    Value *page = b_cast(b, b_emit(b, OP_GATHER, type_scalar(b->a, SK_I32), 3, at), SK_INDEX);
+    if (tiling_pages_in_order)   /* the broken twin */
+        page = b_bin(b, OP_ADD, b_bin(b, OP_MUL, t->bi, b_dim(b, t->table->type->dims[1])), at[2]);
+    const int page_rows_cols[2] = {1, 3};
+    return t_load(b, mem, (Value *[]){page, b_bin(b, OP_REM, j0, ps), t->kh, zero}, page_rows_cols, ty, 0);
+}
 
 /* The scores of key tile j0, as the unfused program computes them; with
  * `masked`, keys past Nk and keys the mask hides are -inf (an interior tile,
  * entirely inside the mask's band and Nk, needs neither). */
 static Value *scores(AttnTile *t, Builder *b, Value *j0, bool masked) {
-    const int rows_cols[2] = {2, 3};
-    Value *zero = b_index(b, 0);
-    Value *ki[4] = {t->bi, t->kh, j0, zero};
-    Value *kt = t_load(b, t->K, ki, rows_cols, b_tile_type(b, t->dt, t->BN, t->D), 0);
+    Value *kt = key_tile(t, b, t->K, j0, t->D);
     Value *ktt = b_emit(b, OP_TRANS, b_tile_type(b, t->dt, t->D, t->BN), 1, &kt);
     Value *ops[3] = {t->q, ktt, b_splat(b, b_float(b, t->acc, 0), t->BM, t->BN)};
     Value *s = b_emit(b, OP_DOT, b_tile_type(b, t->acc, t->BM, t->BN), 3, ops);
@@ -211,6 +237,13 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     int nin = 3 + side->len;
     Value **inputs = NEW_ARRAY(ctx->arena, Value *, nin);
     memcpy(inputs, att->operands, sizeof(Value *) * 3);
+    const Op *pk = paged(att, 1), *pv = paged(att, 2);
+    if (pk) {   /* the caches themselves, not their [B, Hkv, Nk, D] views (tile_attention added the table
+                   and lengths to the side tensors) */
+        inputs[1] = pk->operands[0];
+        inputs[2] = pv->operands[0];
+        t.page_size = op_attr(pk, "page_size")->i;
+    }
     for (int i = 0; i < side->len; i++)
         inputs[3 + i] = side->items[i];
     Value *nq = b_dim(outer, qt->dims[2]);
@@ -264,6 +297,12 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
     }
     t.nk = b_dim(&b, kt->dims[2]);
+    if (pk) {   /* batch bi's keys: the first lens[bi] */
+        t.table = map_get(&t.memrefs, pk->operands[1]);
+        Value *at[2] = {map_get(&t.memrefs, pk->operands[2]), t.bi};
+        Value *len = b_cast(&b, b_emit(&b, OP_GATHER, type_scalar(b.a, SK_I32), 2, at), SK_INDEX);
+        t.nk = b_bin(&b, OP_MIN, t.nk, len);
+    }
     Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
     int nseg = G && split->rows ? key_segments_rows(&b, att, 1, zero, b_bin(&b, OP_SUB, nq_in, b_index(&b, 1)),
@@ -335,8 +374,7 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         op_set_attr(b.a, l3, "softmax", attr_str(b.a, "pv"));
         Value *s = scores(&t, &body, j0, seg[k].masked);
         Value *p = b_bin(&body, OP_DIV, b_unary(&body, OP_EXP, b_bin(&body, OP_SUB, s, msafe)), lsafe);
-        Value *vi[4] = {t.bi, t.kh, j0, b_index(&body, 0)};
-        Value *vtile = t_load(&body, t.V, vi, rows_cols, b_tile_type(&body, t.dt, t.BN, t.DV), 0);
+        Value *vtile = key_tile(&t, &body, t.V, j0, t.DV);
         Value *ops[3] = {b_cast(&body, p, t.dt), vtile, c[0]};
         Value *o_next = b_emit(&body, OP_DOT, c[0]->type, 3, ops);
         t_yield(&body, 1, &o_next);
@@ -558,6 +596,17 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     }
     PtrVec side = {0};
     collect_side_tensors(att, ctx->arena, &side);
+    const Op *pages = paged(att, 1);
+    int64_t page_size = INT64_MAX;
+    if (pages) {   /* the table and lengths are read by the kernels; a key tile stays inside a page */
+        for (int i = 1; i < 3; i++)
+            if (index_of_value(&side, pages->operands[i]) < 0)
+                vec_push(ctx->arena, &side, pages->operands[i]);
+        page_size = op_attr(pages, "page_size")->i;
+        BN = BN < page_size ? BN : page_size;
+        if (sh && sh->keys > page_size)
+            sh = NULL;
+    }
     Builder outer = {ctx->arena, NULL, NULL, att->loc};
     Block tmp = {0};
     outer.blk = &tmp;
@@ -573,6 +622,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     int64_t splits = split_policy(func, ctx->arch, qt, kt);
     const int64_t *st = target_lookup(ctx->arch)->attn_split_tile;
     int64_t SM = schedule_tile(func, ctx->arch, 0, st[0]), SN = schedule_tile(func, ctx->arch, 1, st[1]);
+    SN = SN < page_size ? SN : page_size;
     /* GQA packing where a call may have few query rows: the group (numeric,
      * 2 to SM heads) fills the split's tile, at one query row (the head box)
      * or, where G·Nq fits the tile, at Nq rows a head; the runtime takes
