@@ -183,9 +183,8 @@ static bool index_constant(const Value *v, int64_t *c) {
 /* Guards cp, a copy of the tile at index `at`, by at < end: otherwise its
  * row index is the memref's dim, past the tensor's end, where no target
  * fetches anything. Its row index is `at` itself, or (a paged cache's row
- * in its page) computed from it. A copy that nobody waits for must not be
- * issued: it would land in shared memory after its block exited, into
- * another block's buffers. */
+ * in its page) computed from it. Past the end nobody reads the tile: only
+ * the kernel's drain before it returns would wait for it. */
 static bool needs_guard(const Op *cp, Value *at, Value *end, const Op *loop) {
     const Value *x = cp->operands[3 + op_attr(cp, "dims")->elems[0]->i];
     int64_t ca, ce;
@@ -203,7 +202,8 @@ static void guard_copy(Arena *a, Op *cp, Value *at, Value *end, const Op *loop) 
 
 /* The chain's first copies, before its first loop, guarded by its end
  * (a chain with fewer tiles than S - 1: none at all in a split past the
- * keys a window leaves, or a paged batch of length 0). Where the end is
+ * keys a window leaves, or a paged batch of length 0), as end_chain
+ * guards its last copies. Where the end is
  * computed after them (hoist_prologue moved them up), they move down to
  * it, in their order, still before the loop. */
 static void guard_first(Arena *a, Chain *chain) {
