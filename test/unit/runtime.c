@@ -3,11 +3,14 @@
  * valid call fails with a clear error. Prints one line per case for
  * FileCheck (test/runtime/validate.test).
  *
- *   attnrt-unit MHA_PTX [GQA_PTX]
- *
  * GQA_PTX: a block g(q: f16[B, H, N, 64], k, v: f16[B, HKV, N, 64]) whose
- * manifest checks that H is a multiple of HKV.
+ * manifest checks that H is a multiple of HKV. PAGED_PTX:
+ * examples/paged_decode.attn (a paged KV cache: pages(block_table,
+ * cache_len)), whose table and lengths are checked like any input.
+ *
+ *   attnrt-unit MHA_PTX [GQA_PTX [PAGED_PTX]]
  */
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +21,18 @@ static char buf[4][1 << 15] __attribute__((aligned(16)));   /* 2·16·5·64 f16 
 static attnrt_tensor t4(void *p, attnrt_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d) {
     attnrt_tensor t = {.data = p, .dtype = dt, .rank = 4, .shape = {b, h, n, d}};
     t.strides[3] = 1, t.strides[2] = d, t.strides[1] = n * d, t.strides[0] = h * n * d;
+    return t;
+}
+
+/* A contiguous tensor of any rank (validation reads no element). */
+static attnrt_tensor tn(void *p, attnrt_dtype dt, int rank, const int64_t *shape) {
+    attnrt_tensor t = {.data = p, .dtype = dt, .rank = rank};
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        t.shape[d] = shape[d];
+        t.strides[d] = stride;
+        stride *= shape[d];
+    }
     return t;
 }
 
@@ -263,6 +278,44 @@ int main(int argc, char **argv) {
         g[1] = t4(buf[1], ATTNRT_F16, 1, 3, 3, 64);
         g[2] = t4(buf[2], ATTNRT_F16, 1, 3, 3, 64);
         report("heads-8-3", attnrt_validate(m, "g", g, 3, &g[3], 1, 0));
+        attnrt_unload(m);
+    }
+    m = NULL;
+    if (argc > 3) {   /* a paged cache: B = 2, NQ = 1, 6 pages of 64 keys, 3 a batch */
+        if (attnrt_load_file(argv[3], &m)) {
+            fprintf(stderr, "attnrt-unit: %s\n", attnrt_last_error());
+            return 1;
+        }
+        char *mem = aligned_alloc(256, 8 << 20);   /* never read: distinct addresses for each tensor */
+        enum { MB = 1 << 20 };
+        attnrt_tensor p[5] = {tn(mem, ATTNRT_F16, 4, (int64_t[]){2, 32, 1, 128}),
+                              tn(mem + 1 * MB, ATTNRT_F16, 4, (int64_t[]){6, 64, 8, 128}),
+                              tn(mem + 3 * MB, ATTNRT_F16, 4, (int64_t[]){6, 64, 8, 128}),
+                              tn(mem + 5 * MB, ATTNRT_I32, 2, (int64_t[]){2, 3}),
+                              tn(mem + 5 * MB + 4096, ATTNRT_I32, 1, (int64_t[]){2})};
+        attnrt_tensor po[2] = {tn(mem + 6 * MB, ATTNRT_F16, 4, (int64_t[]){2, 32, 1, 128}),
+                               tn(mem + 7 * MB, ATTNRT_F32, 3, (int64_t[]){2, 32, 1})};
+        attnrt_tensor pbad[5];
+        report("paged-good", attnrt_validate(m, "paged_decode", p, 5, po, 2, 0));
+        memcpy(pbad, p, sizeof p);
+        pbad[3].dtype = ATTNRT_I64;
+        report("paged-table-dtype", attnrt_validate(m, "paged_decode", pbad, 5, po, 2, 0));
+        memcpy(pbad, p, sizeof p);
+        pbad[3] = tn(mem + 5 * MB, ATTNRT_I32, 2, (int64_t[]){3, 3});
+        report("paged-table-batch", attnrt_validate(m, "paged_decode", pbad, 5, po, 2, 0));
+        memcpy(pbad, p, sizeof p);
+        pbad[4] = tn(mem + 5 * MB + 4096, ATTNRT_I32, 1, (int64_t[]){1});
+        report("paged-lens-size", attnrt_validate(m, "paged_decode", pbad, 5, po, 2, 0));
+        memcpy(pbad, p, sizeof p);
+        pbad[4] = tn(mem + 5 * MB + 4096, ATTNRT_I32, 2, (int64_t[]){2, 1});
+        report("paged-lens-rank", attnrt_validate(m, "paged_decode", pbad, 5, po, 2, 0));
+        memcpy(pbad, p, sizeof p);
+        pbad[1] = tn(mem + 1 * MB, ATTNRT_F16, 4, (int64_t[]){12, 32, 8, 128});
+        report("paged-page-size", attnrt_validate(m, "paged_decode", pbad, 5, po, 2, 0));
+        memcpy(pbad, p, sizeof p);
+        pbad[2] = tn(mem + 3 * MB, ATTNRT_F16, 4, (int64_t[]){5, 64, 8, 128});
+        report("paged-cache-pages", attnrt_validate(m, "paged_decode", pbad, 5, po, 2, 0));
+        free(mem);
         attnrt_unload(m);
     }
     return 0;
