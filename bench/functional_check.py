@@ -190,6 +190,53 @@ def run_case(rep, name, B, H, HKV, NQ, NK, D, DV, opts, dtype, layout, grad):
         rep.add(f"{nm} {tag}", shp, gc.max_err(as_bhnd(x.grad), a.grad), pt, 3 * pt + 1e-5)
 
 
+PAGED = [   # name, B, H, Hkv, NQ, D, page size, max pages, options (flash_attn_with_kvcache's arguments)
+    ("paged 32/8 causal", 4, 32, 8, 1, 128, 64, 20, {"causal": True}),
+    ("paged 8/1 q4 window", 3, 8, 1, 4, 64, 16, 40, {"window": (300, 0)}),
+    ("paged 6/2 q16 softcap alibi", 3, 6, 2, 16, 128, 256, 5, {"softcap": 30.0, "alibi": "h", "causal": True}),
+]
+
+
+def run_paged(rep, name, B, H, HKV, NQ, D, page, maxp, opts, dtype, layout):
+    """attnc.attention over a paged cache (block_table, cache_seqlens)
+    against reference() of each batch's own keys (its length's alignment),
+    gathered in its table's order; lengths 0, 1 and all keys among them."""
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name} {layout}".encode()))
+    P = B * maxp + 3
+    q = torch.randn(B, H, NQ, D, device="cuda", dtype=dtype, generator=g)
+    kc = torch.randn(P, page, HKV, D, device="cuda", dtype=dtype, generator=g)
+    vc = torch.randn(P, page, HKV, D, device="cuda", dtype=dtype, generator=g)
+    table = torch.randperm(P, device="cuda", generator=g)[:B * maxp].view(B, maxp).to(torch.int32).contiguous()
+    lens = torch.randint(0, maxp * page + 1, (B,), device="cuda", generator=g, dtype=torch.int32)
+    lens[:3] = torch.tensor([0, 1, maxp * page], device="cuda", dtype=torch.int32)[:B]
+    slopes = torch.tensor([2.0 ** -(h + 1) for h in range(H)], device="cuda") if opts.get("alibi") else None
+    kw = {x: opts[x] for x in ("causal", "window", "softcap", "scale") if x in opts}
+    poison_free_memory()
+    with torch.no_grad():
+        o, lse = attnc.attention(q.transpose(1, 2) if layout == "bnhd" else q, kc, vc, block_table=table,
+                                 cache_seqlens=lens, alibi_slopes=slopes, layout=layout, return_lse=True, **kw)
+    if layout == "bnhd":
+        o = o.transpose(1, 2)
+    shp = f"B{B} H{H}/{HKV} NQ{NQ} d{D} page {page}x{maxp}"
+    for b in range(B):
+        L = int(lens[b])
+        if L == 0:   # no key: o = 0, lse = -inf
+            ok = bool((o[b] == 0).all()) and bool(torch.isneginf(lse[b]).all())
+            rep.expect(f"{name} {layout} empty cache", ok, shp)
+            continue
+        rows = (table[b].long().unsqueeze(-1) * page + torch.arange(page, device="cuda")).view(-1)[:L]
+        k = kc.view(P * page, HKV, D)[rows].transpose(0, 1).unsqueeze(0)
+        v = vc.view(P * page, HKV, D)[rows].transpose(0, 1).unsqueeze(0)
+        args = (opts.get("causal", False), opts.get("window"), opts.get("softcap"), opts.get("scale"), slopes, None,
+                (None, None))
+        o64, lse64 = reference(q[b:b + 1], k, v, *args, torch.float64)
+        olo, lselo = reference(q[b:b + 1], k, v, *args, None)
+        pt = gc.max_err(olo, o64)
+        rep.add(f"o {name} {layout} b{b} L{L}", shp, gc.max_err(o[b:b + 1], o64), pt, 2 * pt + 1e-5)
+        pt = gc.max_err(lselo, lse64)
+        rep.add(f"lse {name} {layout} b{b} L{L}", shp, gc.max_err(lse[b:b + 1], lse64), pt, 2 * pt + 1e-5)
+
+
 def refusals(rep, dtype):
     q = torch.randn(1, 4, 64, 64, device="cuda", dtype=dtype)
     k = torch.randn(1, 2, 64, 64, device="cuda", dtype=dtype)
@@ -227,6 +274,23 @@ def refusals(rep, dtype):
         q, k, k, score_mod=lambda s, b, h, i, j: torch.softmax(s, 0)), "torch.softmax")
     expect("float key mask", lambda: attnc.attention(q, k, k, key_mask=torch.ones(1, 64, device="cuda")),
            "key_mask must be")
+    kc = torch.randn(4, 64, 2, 64, device="cuda", dtype=dtype)
+    table = torch.zeros(1, 2, device="cuda", dtype=torch.int32)
+    lens = torch.ones(1, device="cuda", dtype=torch.int32)
+    expect("paged: no lengths", lambda: attnc.attention(q, kc, kc, block_table=table), "needs both")
+    expect("paged: i64 table", lambda: attnc.attention(q, kc, kc, block_table=table.long(), cache_seqlens=lens),
+           "block_table must be a torch.int32")
+    expect("paged: lengths of another batch", lambda: attnc.attention(
+        q, kc, kc, block_table=table, cache_seqlens=torch.ones(2, device="cuda", dtype=torch.int32)),
+        "cache_seqlens must be")
+    expect("paged: page size 48", lambda: attnc.attention(q, kc[:, :48], kc[:, :48], block_table=table,
+                                                        cache_seqlens=lens), "power of two")
+    expect("paged: key_mask", lambda: attnc.attention(q, kc, kc, block_table=table, cache_seqlens=lens,
+                                                     key_mask=torch.ones(1, 64, device="cuda", dtype=torch.bool)),
+           "key_mask cannot be combined")
+    qg = q.detach().clone().requires_grad_(True)
+    expect("paged: backward", lambda: attnc.attention(qg, kc, kc, block_table=table, cache_seqlens=lens),
+           "no backward")
 
 
 def cached_and_graph(rep, dtype):
@@ -283,6 +347,12 @@ def main():
                     run_case(rep, *case, dtype, layout, grad)
                 except Exception as e:  # noqa: BLE001 — report and go on to the next case
                     rep.expect(f"{case[0]} {layout} grad={grad}", False, f"{type(e).__name__}: {e}")
+    for case in [c for c in PAGED if args.cases in c[0]]:
+        for layout in ("bhnd", "bnhd"):
+            try:
+                run_paged(rep, *case, dtype, layout)
+            except Exception as e:  # noqa: BLE001
+                rep.expect(f"{case[0]} {layout}", False, f"{type(e).__name__}: {e}")
     if not args.cases:
         refusals(rep, dtype)
         cached_and_graph(rep, dtype)

@@ -27,6 +27,16 @@ and mask_mod(b, h, q_idx, kv_idx) are FlexAttention's: Python functions
 traced into the block's hooks (trace.py), the tensors they capture passed
 as side inputs; mask_mod combines with the other masks (all must keep a
 score), score_mod replaces softcap and ALiBi.
+
+A paged KV cache, as flash_attn_with_kvcache takes it: k and v are the
+caches [pages, page_size, Hkv, D] (page_size a power of two from 16 to
+256), block_table int32 [B, max_pages] names each sequence's pages in
+order and cache_seqlens int32 [B] its length; the options then align to
+each sequence's own length (query i of Nq sees keys up to i +
+cache_seqlens[b] − Nq). It has no backward, and no key_mask (the lengths
+say which keys are there):
+
+    o = attnc.attention(q, k_cache, v_cache, block_table=table, cache_seqlens=lens, causal=True)
 """
 import math
 
@@ -61,7 +71,7 @@ def check_options(causal=False, window=None, softcap=None, scale=None, layout="b
 
 
 def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, softcap=None, scale=None,
-                 alibi=None, key_mask=False, score_mod=None, mask_mod=None, captured=()):
+                 alibi=None, key_mask=False, score_mod=None, mask_mod=None, captured=(), page_size=None):
     """The attention block (its name, its .attn text) of these head counts,
     head dims, dtype ("f16" or "bf16") and options (check_options's);
     alibi: None, "h" (slopes [H]) or "bh" (slopes [B, H]); key_mask: a side
@@ -69,15 +79,23 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
     score_mod, mask_mod: hook expressions over (s, b, h, i, j) as
     trace.trace gives them, reading the side inputs `captured` ((name, type)
     pairs, after keep). Batch and sequence lengths stay symbolic (B, NQ,
-    NK), so one block serves every shape of a model."""
-    side = {"h": ", slopes: f32[%d]" % heads, "bh": ", slopes: f32[B, %d]" % heads}.get(alibi, "")
+    NK), so one block serves every shape of a model. page_size: k and v are
+    a paged cache [PAGES, page_size, Hkv, D] read through the side inputs
+    block_table: i32[B, MAX_PAGES] and cache_seqlens: i32[B] (first), whose
+    lengths take NK's place in the options' alignment."""
+    side = ", block_table: i32[B, MAX_PAGES], cache_seqlens: i32[B]" if page_size else ""
+    side += {"h": ", slopes: f32[%d]" % heads, "bh": ", slopes: f32[B, %d]" % heads}.get(alibi, "")
     if key_mask:
         side += ", keep: i32[B, NK]"
     side += "".join(f", {name}: {ty}" for name, ty in captured)
-    lines = [f"attention attn(q: {dtype}[B, {heads}, NQ, {head_dim}], k: {dtype}[B, {kv_heads}, NK, {head_dim}], "
-             f"v: {dtype}[B, {kv_heads}, NK, {v_head_dim}]{side})",
+    kv = lambda d: f"[PAGES, {page_size}, {kv_heads}, {d}]" if page_size else f"[B, {kv_heads}, NK, {d}]"  # noqa: E731
+    nk = "cache_seqlens[b]" if page_size else "NK"
+    lines = [f"attention attn(q: {dtype}[B, {heads}, NQ, {head_dim}], k: {dtype}{kv(head_dim)}, "
+             f"v: {dtype}{kv(v_head_dim)}{side})",
              f"    -> (o: {dtype}[B, {heads}, NQ, {v_head_dim}], lse: f32[B, {heads}, NQ]) {{",
              "  acc f32;"]
+    if page_size:
+        lines.append("  pages(block_table, cache_seqlens);")
     if scale is not None:
         lines.append(f"  scale {float(scale)!r};")
     score = "s"
@@ -85,7 +103,7 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
         c = repr(float(softcap))
         score = f"{c} * tanh(s / {c})"
     if alibi:
-        score += " - slopes[%s] * abs(i + NK - NQ - j)" % ("h" if alibi == "h" else "b, h")
+        score += " - slopes[%s] * abs(i + %s - NQ - j)" % ("h" if alibi == "h" else "b, h", nk)
     if score_mod is not None:
         score = score_mod
     if score != "s":
@@ -93,8 +111,8 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
     keep = []
     if window is not None:
         left, right = window
-        keep = ([f"j >= i + NK - NQ - {left}"] if left >= 0 else []) + \
-               ([f"j <= i + NK - NQ + {right}"] if right >= 0 else [])
+        keep = ([f"j >= i + {nk} - NQ - {left}"] if left >= 0 else []) + \
+               ([f"j <= i + {nk} - NQ + {right}"] if right >= 0 else [])
     if key_mask:
         keep.append("keep[b, j] != 0")
     if mask_mod is not None:
@@ -158,7 +176,28 @@ def _trace_mods(score_mod, mask_mod, softcap, alibi, q):
     return score, mask, out
 
 
-def _check_tensors(q, k, v, layout, alibi_slopes):
+def _check_paged(q, k, v, block_table, cache_seqlens):
+    """k and v as a paged cache [pages, page_size, Hkv, D], the table int32
+    [B, max_pages] and the lengths int32 [B] on q's device (their values are
+    the caller's: attnc's kernels never read outside the cache)."""
+    import torch
+    if block_table is None or cache_seqlens is None:
+        raise _error("a paged KV cache needs both block_table and cache_seqlens")
+    if k.shape[:3] != v.shape[:3]:
+        raise _error(f"k_cache {tuple(k.shape)} and v_cache {tuple(v.shape)} must agree but in the head dim")
+    page = k.shape[1]
+    if page < 16 or page > 256 or page & (page - 1):
+        raise _error(f"the page size (k_cache's dimension 1) must be a power of two from 16 to 256, not {page}")
+    B = q.shape[0]
+    for name, t, shape in (("block_table", block_table, f"({B}, max_pages)"), ("cache_seqlens", cache_seqlens, f"({B},)")):
+        rank = 2 if name == "block_table" else 1
+        if (not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != rank or t.shape[0] != B or
+                t.device != q.device):
+            raise _error(f"{name} must be a torch.int32 tensor of shape {shape} on {q.device}, not "
+                         f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+
+
+def _check_tensors(q, k, v, layout, alibi_slopes, paged=False):
     import torch
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
@@ -168,11 +207,11 @@ def _check_tensors(q, k, v, layout, alibi_slopes):
             raise _error(f"{name} is {t.dtype}; q, k and v must all be torch.float16 or all torch.bfloat16")
         if not t.is_cuda or t.device != q.device:
             raise _error(f"{name} is on {t.device}; q, k and v must be on one CUDA device")
-    if k.shape[:3] != v.shape[:3]:
+    if not paged and k.shape[:3] != v.shape[:3]:
         raise _error(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree but in the head dim")
-    if q.shape[0] != k.shape[0]:
+    if not paged and q.shape[0] != k.shape[0]:
         raise _error(f"q has batch {q.shape[0]} and k batch {k.shape[0]}")
-    H, Hk = q.shape[1], k.shape[1]   # (after the bnhd views)
+    H, Hk = q.shape[1], k.shape[2 if paged else 1]   # (after the bnhd views)
     if q.shape[3] != k.shape[3]:
         raise _error(f"q's head dim {q.shape[3]} differs from k's {k.shape[3]}")
     if H % Hk:
@@ -188,31 +227,44 @@ def _check_tensors(q, k, v, layout, alibi_slopes):
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, alibi_slopes=None,
-              key_mask=None, score_mod=None, mask_mod=None, layout="bhnd", return_lse=False):
+              key_mask=None, score_mod=None, mask_mod=None, block_table=None, cache_seqlens=None, layout="bhnd",
+              return_lse=False):
     """Attention of q over k and v: o (and lse, f32 [B, H, Nq], with
     return_lse). layout "bhnd": q [B, H, Nq, D], k and v [B, Hkv, Nk, D] /
     [.., Dv], as F.scaled_dot_product_attention; "bnhd": [B, N, H, D], as
     flash_attn_func, o then [B, Nq, H, Dv]. Strided views are read in
-    place. See the module's text for the options."""
+    place. With block_table and cache_seqlens, k and v are a paged cache
+    [pages, page_size, Hkv, D] whatever the layout (flash_attn_with_kvcache's).
+    See the module's text for the options."""
     import torch
     from . import compile_text
     window, softcap, scale = check_options(causal, window, softcap, scale, layout)
+    paged = block_table is not None or cache_seqlens is not None
     if layout == "bnhd":
-        q, k, v = (t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in (q, k, v))
-    alibi = _check_tensors(q, k, v, layout, alibi_slopes)
+        q = q.transpose(1, 2) if isinstance(q, torch.Tensor) and q.dim() == 4 else q
+        if not paged:
+            k, v = (t.transpose(1, 2) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in (k, v))
+    alibi = _check_tensors(q, k, v, layout, alibi_slopes, paged)
+    if paged:
+        _check_paged(q, k, v, block_table, cache_seqlens)
+        if key_mask is not None:
+            raise _error("key_mask cannot be combined with a paged KV cache: cache_seqlens says which keys there are")
     keep = _check_key_mask(key_mask, q, k)
     score, mask, captured = _trace_mods(score_mod, mask_mod, softcap, alibi, q)
     dtype = "f16" if q.dtype == torch.float16 else "bf16"
-    name, text = block_source(q.shape[1], k.shape[1], q.shape[3], v.shape[3], dtype, window, softcap, scale, alibi,
-                              keep is not None, score, mask, [(n, ty) for n, _, ty in captured])
+    name, text = block_source(q.shape[1], k.shape[2 if paged else 1], q.shape[3], v.shape[3], dtype, window, softcap,
+                              scale, alibi, keep is not None, score, mask, [(n, ty) for n, _, ty in captured],
+                              page_size=k.shape[1] if paged else None)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if grad and paged:
+        raise _error("a paged KV cache has no backward (decoding reads the cache); call under torch.no_grad()")
     arch = target_of(q.device)
     entry = _modules.get((text, arch, grad))
     if entry is None:
         mod = compile_text(text, arch=arch, backward=grad)
         entry = _modules[(text, arch, grad)] = (mod, mod.autograd(name) if grad else None)
     mod, fn = entry
-    side = [t for t in (alibi_slopes, keep) if t is not None] + [t for _, t, _ in captured]
+    side = [t for t in (block_table, cache_seqlens, alibi_slopes, keep) if t is not None] + [t for _, t, _ in captured]
     if fn is not None:
         o, lse = fn.op(q, k, v, side)
     else:   # o in q's memory layout, as the differentiable op makes it: bnhd's o is then dense

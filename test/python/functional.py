@@ -119,8 +119,57 @@ CASES = [
 ]
 
 
+# a paged KV cache (flash_attn_with_kvcache's block_table and cache_seqlens):
+# H, Hk, D, page size, NQ, max pages, options
+PAGED_CASES = [
+    (4, 2, 16, 16, 3, 4, {"causal": True}),
+    (2, 1, 32, 32, 1, 3, {}),
+    (4, 1, 16, 16, 5, 5, {"window": (6, 0), "softcap": 3.0}),
+    (4, 4, 16, 16, 2, 3, {"alibi": "bh", "causal": True}),
+]
+
+
+def paged_case(attnc, scratch, n, H, Hk, D, page, NQ, maxp, opts):
+    """A paged block on the interpreter (random block tables of the cache's
+    pages, lengths with 0, 1 and all keys among them) against reference()
+    of each batch's keys gathered in the table's order."""
+    B, pages = 3, 2 * maxp + 1
+    alibi = opts.pop("alibi", None)
+    window, softcap, scale = check_options(**opts)
+    name, text = block_source(H, Hk, D, D, "f16", window, softcap, scale, alibi, page_size=page)
+    src, dump = os.path.join(scratch, f"paged{n}.attn"), os.path.join(scratch, f"paged{n}")
+    os.makedirs(dump, exist_ok=True)
+    with open(src, "w") as f:
+        f.write(text)
+    subprocess.run([attnc, "run", src, "-D", f"B={B}", "-D", f"NQ={NQ}", "-D", f"PAGES={pages}", "-D",
+                    f"MAX_PAGES={maxp}", "--seed", str(n + 1), "--dump", dump], check=True, capture_output=True)
+    got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
+           for t in ("in.q", "in.k", "in.v", "in.block_table", "in.cache_seqlens", "out.o", "out.lse")}
+    slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
+    lens = [int(x) for x in got["in.cache_seqlens"]]
+    err_o = err_l = 0.0
+    for b in range(B):
+        L = lens[b]
+        rows = [int(got["in.block_table"][b * maxp + j // page]) * page + j % page for j in range(L)]
+        def kv(x):   # [Hk, L, D] of the cache [pages, page, Hk, D]
+            return [x[(r * Hk + h) * D + c] for h in range(Hk) for r in rows for c in range(D)]
+        qb = got["in.q"][b * H * NQ * D:(b + 1) * H * NQ * D]
+        sb = slopes[b * H:(b + 1) * H] if alibi == "bh" else slopes
+        o, lse = reference(qb, kv(got["in.k"]), kv(got["in.v"]), sb, None, 1, H, Hk, NQ, L, D, D, window, softcap,
+                           scale, alibi)
+        go = got["out.o"][b * H * NQ * D:(b + 1) * H * NQ * D]
+        gl = got["out.lse"][b * H * NQ:(b + 1) * H * NQ]
+        err_o = max([err_o] + [abs(a - r) / (1e-2 + abs(r)) for a, r in zip(go, o)])
+        err_l = max([err_l] + [0.0 if a == r else abs(a - r) for a, r in zip(gl, lse)])
+    ok = err_o < 2e-2 and err_l < 1e-3
+    print(f"{'ok  ' if ok else 'FAIL'} paged {n} page {page} {opts}{' alibi ' + alibi if alibi else ''}: "
+          f"lengths {lens}, o {err_o:.1e}, lse {err_l:.1e}")
+
+
 def main():
     attnc, scratch = sys.argv[1], sys.argv[2]
+    for n, (H, Hk, D, page, NQ, maxp, opts) in enumerate(PAGED_CASES):
+        paged_case(attnc, scratch, n, H, Hk, D, page, NQ, maxp, dict(opts))
     B = 2
     for n, (H, Hk, D, DV, NQ, NK, opts) in enumerate(CASES):
         alibi, key_mask = opts.pop("alibi", None), opts.pop("key_mask", False)
