@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """current.py — writes bench/results/CURRENT.md: where attnc stands against
 its peers now, one table per target and block, from the newest measurement
-of each in bench/results/DATE-MACHINE/*.json (the files bench.py writes).
+of each in bench/results/DATE-MACHINE/*.json (the files bench.py writes),
+and the decode table (decode_bench.py's decode-*.json: the fullest run).
 Needs no GPU.
 
     python3 bench/current.py [--check]
@@ -80,6 +81,48 @@ def table(block, arch, folder, name, rows):
     return out
 
 
+def decode_table():
+    """The decode table (decode_bench.py's json: {device, copy_GBps, rows}):
+    the run with the most rows, the newest of those; GB/s of K and V read,
+    grouped by head dim, query rows and heads."""
+    best = None
+    for path in sorted(glob.glob(os.path.join(RESULTS, "*", "decode-*.json"))):
+        folder, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)
+        m = re.match(r"decode-(sm_\w+?)[-.]", name)
+        try:
+            run = json.load(open(path))
+        except ValueError:
+            continue
+        if not m or not re.match(r"\d{4}-\d\d-\d\d-", folder) or not isinstance(run, dict):
+            continue
+        rows = [r for r in run.get("rows", []) if isinstance(r.get("attnc"), (int, float))]
+        if rows and (best is None or (len(rows), folder) >= (len(best[3]), best[0])):
+            best = (folder, name, m.group(1), rows, run)
+    if best is None:
+        return []
+    folder, name, arch, rows, run = best
+    peer = lambda r: max(x for x in (r.get("cudnn"), r.get("flash2")) if isinstance(x, (int, float)))  # noqa: E731
+    out = ["### %s, decode (attention against a KV cache)" % arch, "",
+           "From [%s/%s](%s/%s) (%d rows, %s; GB/s of K and V read; ratios are attnc's over the better of cuDNN "
+           "and FlashAttention-2, geometric mean and lowest row, and over the copy bandwidth of the same run, "
+           "%.0f GB/s)." % (folder, name, folder, name, len(rows), run.get("device", "?"), run.get("copy_GBps", 0)),
+           "", "| D | Nq | heads | attnc | × best peer | rows ≥ 1.0 | × copy |", "|---|---|---|---|---|---|---|"]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["D"], r["Nq"], "%d/%d" % (r["H"], r["Hkv"])), []).append(r)
+    for key in sorted(groups, key=lambda k: (-k[0], k[1], k[2])):
+        g = groups[key]
+        ratios = [r["attnc"] / peer(r) for r in g]
+        copy = [r["attnc"] / run["copy_GBps"] for r in g]
+        out.append("| %d | %d | %s | %.0f–%.0f | %.2f (min %.2f) | %d of %d | %.2f–%.2f |" % (
+            key[0], key[1], key[2], min(r["attnc"] for r in g), max(r["attnc"] for r in g), geomean(ratios),
+            min(ratios), sum(x >= 1 for x in ratios), len(g), min(copy), max(copy)))
+    ratios = [r["attnc"] / peer(r) for r in rows]
+    out += ["", "Over every row: the better peer **%.3f×** (min %.3f); %d of %d rows at or above it." % (
+        geomean(ratios), min(ratios), sum(x >= 1 for x in ratios), len(rows)), ""]
+    return out
+
+
 def render():
     newest = {}   # (block, arch) -> (folder, file, rows): the newest run that measured it
     for folder, name, records in runs():
@@ -98,6 +141,7 @@ def render():
         for arch in sorted({a for b, a in newest if b == block}):
             folder, name, rows = newest[(block, arch)]
             lines += table(block, arch, folder, name, rows)
+    lines += decode_table()
     return "\n".join(lines).rstrip() + "\n"
 
 
