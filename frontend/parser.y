@@ -79,6 +79,21 @@ static Item *new_item(ParseCtx *ctx, ItemKind kind, Loc loc, const char *name, L
 }
 
 /* Params are collected as pointers and stored in the Item as an array. */
+/* A statement of `kind` whose names (hook parameters, a call's
+ * arguments: E_NAME expressions of `idents`) are the list `names`. */
+static Stmt *named_stmt(ParseCtx *ctx, StmtKind kind, Loc loc, const char *name, Loc name_loc, PtrVec names) {
+    Stmt *st = NEW(ctx->arena, Stmt);
+    st->kind = kind; st->loc = loc; st->name = name; st->name_loc = name_loc;
+    st->nvars = names.len;
+    st->vars = NEW_ARRAY(ctx->arena, const char *, names.len + 1);
+    st->var_locs = NEW_ARRAY(ctx->arena, Loc, names.len + 1);
+    for (int i = 0; i < names.len; i++) {
+        Expr *v = names.items[i];
+        st->vars[i] = v->name; st->var_locs[i] = v->loc;
+    }
+    return st;
+}
+
 static Param *param_array(ParseCtx *ctx, PtrVec v) {
     Param *out = NEW_ARRAY(ctx->arena, Param, v.len + 1);
     for (int i = 0; i < v.len; i++)
@@ -227,38 +242,15 @@ stmt:
         $$->kind = S_SCALE; $$->loc = @$; $$->name_loc = @1; $$->value = $2;
     }
   | MASK '(' idents ')' '=' expr ';' {
-        $$ = NEW(ctx->arena, Stmt);
-        $$->kind = S_MASK; $$->loc = @$; $$->name = "mask"; $$->name_loc = @1; $$->value = $6;
-        $$->nvars = $3.len;
-        $$->vars = NEW_ARRAY(ctx->arena, const char *, $3.len + 1);
-        $$->var_locs = NEW_ARRAY(ctx->arena, Loc, $3.len + 1);
-        for (int i = 0; i < $3.len; i++) {
-            Expr *v = $3.items[i];
-            $$->vars[i] = v->name; $$->var_locs[i] = v->loc;
-        }
+        $$ = named_stmt(ctx, S_MASK, @$, "mask", @1, $3);
+        $$->value = $6;
     }
   | SCORE '(' idents ')' '=' expr ';' {
-        $$ = NEW(ctx->arena, Stmt);
-        $$->kind = S_SCORE; $$->loc = @$; $$->name = "score"; $$->name_loc = @1; $$->value = $6;
-        $$->nvars = $3.len;
-        $$->vars = NEW_ARRAY(ctx->arena, const char *, $3.len + 1);
-        $$->var_locs = NEW_ARRAY(ctx->arena, Loc, $3.len + 1);
-        for (int i = 0; i < $3.len; i++) {
-            Expr *v = $3.items[i];
-            $$->vars[i] = v->name; $$->var_locs[i] = v->loc;
-        }
+        $$ = named_stmt(ctx, S_SCORE, @$, "score", @1, $3);
+        $$->value = $6;
     }
-  | IDENT '(' idents ')' ';' {
-        /* a named statement of names: pages(table, lens); sema knows the names */
-        $$ = NEW(ctx->arena, Stmt);
-        $$->kind = S_CALL; $$->loc = @$; $$->name = $1; $$->name_loc = @1;
-        $$->nvars = $3.len;
-        $$->vars = NEW_ARRAY(ctx->arena, const char *, $3.len + 1);
-        $$->var_locs = NEW_ARRAY(ctx->arena, Loc, $3.len + 1);
-        for (int i = 0; i < $3.len; i++) {
-            Expr *v = $3.items[i];
-            $$->vars[i] = v->name; $$->var_locs[i] = v->loc;
-        }
+  | IDENT '(' idents ')' ';' {   /* a named statement of names: pages(table, lens); sema knows the names */
+        $$ = named_stmt(ctx, S_CALL, @$, $1, @1, $3);
     }
   | IDENT '=' expr ';' {
         $$ = NEW(ctx->arena, Stmt);

@@ -81,14 +81,13 @@ static Tensor *random_input(Interp *in, const Block *body, const Value *arg, Rng
     double scale = rank >= 2 && used_as_weight(body, arg) ? 1 / sqrt((double)dims[rank - 2]) : 1;
     const Op *table = paged_by(body, arg, 1), *lens = paged_by(body, arg, 2);
     int64_t pages = 0, most = 0;
-    if (table || lens) {
+    if (table || lens) {   /* the cache's pages, and max_pages · page_size keys */
         const Op *p = table ? table : lens;
-        int64_t cdims[MAX_RANK];
-        if (!concrete_shape(in, p->operands[0]->type, cdims) || !concrete_shape(in, p->operands[1]->type, dims + 1))
+        int64_t cdims[MAX_RANK], tdims[MAX_RANK];
+        if (!concrete_shape(in, p->operands[0]->type, cdims) || !concrete_shape(in, p->operands[1]->type, tdims))
             return NULL;
         pages = cdims[0];
-        most = dims[2] * op_attr(p, "page_size")->i;
-        concrete_shape(in, t, dims);
+        most = tdims[1] * op_attr(p, "page_size")->i;
     }
     for (int64_t e = 0; e < x->size; e++) {
         if (table) {

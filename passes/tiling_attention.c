@@ -27,6 +27,14 @@ static const Op *paged(const Op *att, int operand) {
     return x->def && x->def->kind == OP_PAGES ? x->def : NULL;
 }
 
+/* The i32 element of memref mem at the n scalar indices idx, as an index. */
+static Value *read_index(Builder *b, Value *mem, int n, Value **idx) {
+    Value **ops = NEW_ARRAY(b->a, Value *, n + 1);
+    ops[0] = mem;
+    memcpy(ops + 1, idx, sizeof(Value *) * (size_t)n);
+    return b_cast(b, b_emit(b, OP_GATHER, type_scalar(b->a, SK_I32), n + 1, ops), SK_INDEX);
+}
+
 /* The key tile at j0 of K or V (mem): [BN, cols] of kv head kh, from its
  * rows of a paged cache [pages, page_size, Hkv, D] (page table[b, j0 //
  * page_size], from row j0 % page_size) or of [B, Hkv, Nk, D]. */
@@ -38,10 +46,10 @@ static Value *key_tile(AttnTile *t, Builder *b, Value *mem, Value *j0, int64_t c
         return t_load(b, mem, (Value *[]){t->bi, t->kh, j0, zero}, rows_cols, ty, 0);
     }
     Value *ps = b_index(b, t->page_size);
-    Value *at[3] = {t->table, t->bi, b_bin(b, OP_FLOORDIV, j0, ps)};
-    Value *page = b_cast(b, b_emit(b, OP_GATHER, type_scalar(b->a, SK_I32), 3, at), SK_INDEX);
+    Value *at[2] = {t->bi, b_bin(b, OP_FLOORDIV, j0, ps)};
+    Value *page = read_index(b, t->table, 2, at);
     if (tiling_pages_in_order)   /* the broken twin */
-        page = b_bin(b, OP_ADD, b_bin(b, OP_MUL, t->bi, b_dim(b, t->table->type->dims[1])), at[2]);
+        page = b_bin(b, OP_ADD, b_bin(b, OP_MUL, t->bi, b_dim(b, t->table->type->dims[1])), at[1]);
     const int page_rows_cols[2] = {1, 3};
     return t_load(b, mem, (Value *[]){page, b_bin(b, OP_REM, j0, ps), t->kh, zero}, page_rows_cols, ty, 0);
 }
@@ -299,9 +307,7 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     t.nk = b_dim(&b, kt->dims[2]);
     if (pk) {   /* batch bi's keys: the first lens[bi] */
         t.table = map_get(&t.memrefs, pk->operands[1]);
-        Value *at[2] = {map_get(&t.memrefs, pk->operands[2]), t.bi};
-        Value *len = b_cast(&b, b_emit(&b, OP_GATHER, type_scalar(b.a, SK_I32), 2, at), SK_INDEX);
-        t.nk = b_bin(&b, OP_MIN, t.nk, len);
+        t.nk = b_bin(&b, OP_MIN, t.nk, read_index(&b, map_get(&t.memrefs, pk->operands[2]), 1, &t.bi));
     }
     Value *zero = b_index(&b, 0), *step = b_index(&b, t.BN);
     Segment seg[3];
