@@ -17,8 +17,9 @@ replayed from a captured CUDA graph (max |difference|, f32): a row off by
 more than 2e-2 is marked, as is one whose call could not be graphed. The
 table (markdown) and the rows (JSON) go to DIR; --quick runs the issue's
 four rows at 32/8 heads, head dim 128. --paged also times each row's K and
-V as a paged cache of each page size (a block of pages(table, lens), its
-pages in a random order), against the contiguous call, whose o it must
+V as a paged cache of each page size (attnc.attention's block_table and
+cache_seqlens: a block of pages(table, lens)), its pages in a random
+order, against the contiguous call, whose o it must
 match within 2e-2 (the same keys; tiles and splits of their own size), or
 it is marked.
 """
@@ -89,21 +90,6 @@ def copy_gbps():
     return 2 * (1 << 30) / ms / 1e6   # read + write
 
 
-PAGED_MODULES = {}
-
-
-def paged_module(hq, hkv, D, page):
-    """The block over a paged cache of these heads and page size (compiled once)."""
-    key = (hq, hkv, D, page)
-    if key not in PAGED_MODULES:
-        name = f"paged_{hq}_{hkv}_{D}_{page}"
-        src = (f"attention {name}(q: f16[B, {hq}, NQ, {D}], k: f16[P, {page}, {hkv}, {D}], "
-               f"v: f16[P, {page}, {hkv}, {D}], table: i32[B, MAXP], lens: i32[B])\n"
-               f"    -> (o: f16[B, {hq}, NQ, {D}]) {{ pages(table, lens); }}\n")
-        PAGED_MODULES[key] = (attnc.compile_text(src, arch=functional.target_of(torch.device("cuda"))), name)
-    return PAGED_MODULES[key]
-
-
 def paged_row(row, q, k, v, o, page):
     """The row's K and V as a paged cache (pages in a random order, every
     batch's length NK): GB/s of the same bytes, and the largest difference
@@ -121,10 +107,8 @@ def paged_row(row, q, k, v, o, page):
         c[table.long().view(-1)] = pad.view(B, hkv, maxp, page, D).permute(0, 2, 3, 1, 4).reshape(P, page, hkv, D)
         caches.append(c)
         del pad
-    mod, name = paged_module(row["H"], hkv, D, page)
-    out = torch.empty_like(o)
-    call = lambda: mod.run(name, q, caches[0], caches[1], table, lens, out=[out])  # noqa: E731
-    call()
+    call = lambda: attnc.attention(q, caches[0], caches[1], block_table=table, cache_seqlens=lens)  # noqa: E731
+    out = call()
     torch.cuda.synchronize()
     diff = (out.float() - o.float()).abs().max().nan_to_num(float("inf")).item()
     ms, _ = timed(call)

@@ -202,13 +202,8 @@ def run_paged(rep, name, B, H, HKV, NQ, D, page, maxp, opts, dtype, layout):
     against reference() of each batch's own keys (its length's alignment),
     gathered in its table's order; lengths 0, 1 and all keys among them."""
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name} {layout}".encode()))
-    P = B * maxp + 3
     q = torch.randn(B, H, NQ, D, device="cuda", dtype=dtype, generator=g)
-    kc = torch.randn(P, page, HKV, D, device="cuda", dtype=dtype, generator=g)
-    vc = torch.randn(P, page, HKV, D, device="cuda", dtype=dtype, generator=g)
-    table = torch.randperm(P, device="cuda", generator=g)[:B * maxp].view(B, maxp).to(torch.int32).contiguous()
-    lens = torch.randint(0, maxp * page + 1, (B,), device="cuda", generator=g, dtype=torch.int32)
-    lens[:3] = torch.tensor([0, 1, maxp * page], device="cuda", dtype=torch.int32)[:B]
+    kc, vc, table, lens = gc.paged_inputs(B, HKV, D, page, maxp, g)
     slopes = torch.tensor([2.0 ** -(h + 1) for h in range(H)], device="cuda") if opts.get("alibi") else None
     kw = {x: opts[x] for x in ("causal", "window", "softcap", "scale") if x in opts}
     poison_free_memory()
@@ -218,15 +213,14 @@ def run_paged(rep, name, B, H, HKV, NQ, D, page, maxp, opts, dtype, layout):
     if layout == "bnhd":
         o = o.transpose(1, 2)
     shp = f"B{B} H{H}/{HKV} NQ{NQ} d{D} page {page}x{maxp}"
+    keys, values = gc.gather_pages(kc, table), gc.gather_pages(vc, table)
     for b in range(B):
         L = int(lens[b])
         if L == 0:   # no key: o = 0, lse = -inf
             ok = bool((o[b] == 0).all()) and bool(torch.isneginf(lse[b]).all())
             rep.expect(f"{name} {layout} empty cache", ok, shp)
             continue
-        rows = (table[b].long().unsqueeze(-1) * page + torch.arange(page, device="cuda")).view(-1)[:L]
-        k = kc.view(P * page, HKV, D)[rows].transpose(0, 1).unsqueeze(0)
-        v = vc.view(P * page, HKV, D)[rows].transpose(0, 1).unsqueeze(0)
+        k, v = keys[b:b + 1, :, :L], values[b:b + 1, :, :L]
         args = (opts.get("causal", False), opts.get("window"), opts.get("softcap"), opts.get("scale"), slopes, None,
                 (None, None))
         o64, lse64 = reference(q[b:b + 1], k, v, *args, torch.float64)

@@ -361,28 +361,38 @@ PAGED_MASKS = {
 }
 
 
-def run_paged(rep, mod, name, B, H, HKV, NQ, D, page, maxp, mask, seed):
-    """One paged case: a cache of more pages than the batch uses, each
-    batch's table a random choice of distinct pages (unused entries past
-    its length left random), random lengths with 0, 1 and the most among
-    them; the reference reads the same keys gathered contiguous."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+def paged_inputs(B, HKV, D, page, maxp, g):
+    """A paged cache of more pages than the batch uses (k and v [P, page,
+    HKV, D], random in [-1, 1)), each batch's table a random choice of
+    distinct pages, and random lengths with 0, 1 and all max_pages · page
+    keys among them: kc, vc, table, lens."""
     P = B * maxp + 3
-    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(DT)
-    kc = (torch.rand(P, page, HKV, D, device="cuda", generator=g) * 2 - 1).to(DT)
-    vc = (torch.rand(P, page, HKV, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    kc, vc = ((torch.rand(P, page, HKV, D, device="cuda", generator=g) * 2 - 1).to(DT) for _ in range(2))
     table = torch.randperm(P, device="cuda", generator=g)[:B * maxp].view(B, maxp).to(torch.int32).contiguous()
     most = maxp * page
     lens = torch.randint(0, most + 1, (B,), device="cuda", generator=g, dtype=torch.int32)
     lens[: min(B, 3)] = torch.tensor([0, 1, most], device="cuda", dtype=torch.int32)[: min(B, 3)]
+    return kc, vc, table, lens
+
+
+def gather_pages(cache, table):
+    """The keys of each batch's pages, in its table's order: [B, HKV, max_pages · page, D]."""
+    P, page, HKV, D = cache.shape
+    rows = (table.long().unsqueeze(-1) * page + torch.arange(page, device=cache.device)).view(table.shape[0], -1)
+    return cache.reshape(P * page, HKV, D)[rows].permute(0, 2, 1, 3)
+
+
+def run_paged(rep, mod, name, B, H, HKV, NQ, D, page, maxp, mask, seed):
+    """One paged case (paged_inputs); the reference reads the same keys
+    gathered contiguous."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = (torch.rand(B, H, NQ, D, device="cuda", generator=g) * 2 - 1).to(DT)
+    kc, vc, table, lens = paged_inputs(B, HKV, D, page, maxp, g)
     o = torch.full((B, H, NQ, D), float("nan"), device="cuda", dtype=DT)
     lse = torch.full((B, H, NQ), float("nan"), device="cuda", dtype=torch.float32)
     mod.run(name, q, kc, vc, table, lens, out=[o, lse])
     torch.cuda.synchronize()
-    # the keys each batch sees, contiguous: [B, HKV, most, D]
-    rows = (table.long().unsqueeze(-1) * page + torch.arange(page, device="cuda")).view(B, most)
-    k = kc.view(P * page, HKV, D)[rows].permute(0, 2, 1, 3)
-    v = vc.view(P * page, HKV, D)[rows].permute(0, 2, 1, 3)
+    k, v = gather_pages(kc, table), gather_pages(vc, table)
     L = lens.long().view(B, 1, 1, 1)
     user = PAGED_MASKS[mask][1]
     mask_fn = lambda b, h, i, j: user(b, h, i, j, L, NQ) & (j < L)   # noqa: E731
