@@ -18,6 +18,7 @@ element the kernels leave unwritten shows. Then: bad arguments are refused
 with AttncError naming them, a second call of a block compiles nothing, and
 a CUDA graph captured around a call replays to the same numbers.
 """
+import itertools
 import os
 import sys
 import time
@@ -116,6 +117,8 @@ CASES = [   # name, B, H, Hkv, NQ, NK, D, Dv, options
     ("decode packed alibi 16/4", 2, 16, 4, 1, 1500, 64, 64, {"alibi": "h", "causal": True}),
     ("decode packed flex 8/2", 1, 8, 2, 1, 2000, 64, 64, {"mods": "clamp_per_head"}),
     ("decode packed 64/8 window", 3, 64, 8, 1, 777, 128, 128, {"window": (300, 0), "key_mask": True}),
+    # a few rows a head packed (G·Nq rows): Q assembled before the key loop
+    ("decode packed rows 6/2 q4 d64 window", 3, 6, 2, 4, 2500, 64, 64, {"window": (300, 0)}),
 ]
 
 
@@ -231,6 +234,56 @@ def run_paged(rep, name, B, H, HKV, NQ, D, page, maxp, opts, dtype, layout):
         rep.add(f"lse {name} {layout} b{b} L{L}", shp, gc.max_err(lse[b:b + 1], lse64), pt, 2 * pt + 1e-5)
 
 
+VARLEN = [   # name, query lengths, key lengths (None: the same offsets), H, Hkv, D, options (flash_attn_varlen_func's)
+    ("varlen self causal", [300, 0, 1, 129, 1000, 77], None, 8, 2, 128, {"causal": True}),
+    ("varlen self d64 window", [513, 64, 3, 0, 250], None, 6, 2, 64, {"window": (100, 0)}),
+    ("varlen cross causal", [5, 200, 64, 1], [700, 150, 0, 33], 4, 4, 128, {"causal": True}),
+    ("varlen self softcap alibi", [190, 2, 2048, 31], None, 4, 1, 64, {"softcap": 30.0, "alibi": "bh", "causal": True}),
+    ("varlen self long", [4096, 1500, 2600], None, 16, 4, 128, {"causal": True}),
+]
+
+
+def run_varlen(rep, name, qlens, klens, H, HKV, D, opts, dtype):
+    """attnc.attention over packed sequences (cu_seqlens, one set of offsets
+    where klens is None) against reference() of each sequence's rows, the
+    options aligned to its own lengths; rows of other sequences poisoned
+    with NaN to start, so a store past a sequence shows."""
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()))
+    same = klens is None
+    klens = qlens if same else klens
+    cu = [torch.tensor([0] + list(itertools.accumulate(x)), device="cuda", dtype=torch.int32) for x in (qlens, klens)]
+    TQ, TK = int(cu[0][-1]), int(cu[1][-1])
+    q = torch.randn(TQ, H, D, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(TK, HKV, D, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(TK, HKV, D, device="cuda", dtype=dtype, generator=g)
+    B = len(qlens)
+    slopes = torch.rand(B, H, device="cuda", generator=g) * 0.2 if opts.get("alibi") == "bh" else None
+    kw = {x: opts[x] for x in ("causal", "window", "softcap", "scale") if x in opts}
+    poison_free_memory()
+    with torch.no_grad():
+        o, lse = attnc.attention(q, k, v, cu_seqlens_q=cu[0], cu_seqlens_k=cu[0] if same else cu[1],
+                                 alibi_slopes=slopes, return_lse=True, **kw)
+    shp = f"H{H}/{HKV} d{D} lengths {qlens}" + ("" if same else f" keys {klens}")
+    for b in range(B):
+        q0, k0, L, M = int(cu[0][b]), int(cu[1][b]), qlens[b], klens[b]
+        if L == 0:
+            continue
+        qb = q[q0:q0 + L].transpose(0, 1).unsqueeze(0)
+        kb, vb = (t[k0:k0 + M].transpose(0, 1).unsqueeze(0) for t in (k, v))
+        sb = slopes[b:b + 1] if slopes is not None else None
+        args = (opts.get("causal", False), opts.get("window"), opts.get("softcap"), opts.get("scale"), sb, None,
+                (None, None))
+        o64, lse64 = reference(qb, kb, vb, *args, torch.float64)
+        olo, lselo = reference(qb, kb, vb, *args, None)
+        got_o = o[q0:q0 + L].transpose(0, 1).unsqueeze(0)
+        got_l = lse[:, q0:q0 + L].unsqueeze(0)
+        pt = gc.max_err(olo, o64)
+        rep.add(f"o {name} s{b} {L}x{M}", shp[:28], gc.max_err(got_o, o64), pt, 2 * pt + 1e-5)
+        pt = gc.max_err(lselo, lse64)
+        rep.add(f"lse {name} s{b} {L}x{M}", shp[:28], gc.max_err(got_l, lse64), pt, 2 * pt + 1e-5)
+    rep.expect(f"{name}: every row written", bool(torch.isfinite(o).all()) and not bool(torch.isnan(lse).any()), shp)
+
+
 def refusals(rep, dtype):
     q = torch.randn(1, 4, 64, 64, device="cuda", dtype=dtype)
     k = torch.randn(1, 2, 64, 64, device="cuda", dtype=dtype)
@@ -285,6 +338,23 @@ def refusals(rep, dtype):
     qg = q.detach().clone().requires_grad_(True)
     expect("paged: backward", lambda: attnc.attention(qg, kc, kc, block_table=table, cache_seqlens=lens),
            "no backward")
+    qp, kp = torch.randn(70, 4, 64, device="cuda", dtype=dtype), torch.randn(90, 2, 64, device="cuda", dtype=dtype)
+    cq = torch.tensor([0, 30, 70], device="cuda", dtype=torch.int32)
+    ck = torch.tensor([0, 50, 90], device="cuda", dtype=torch.int32)
+    expect("varlen: one offsets", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq), "needs both")
+    expect("varlen: i64 offsets", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq.long(), cu_seqlens_k=ck),
+           "cu_seqlens_q must be a torch.int32")
+    expect("varlen: offsets of two sizes", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck[:2]),
+           "both of one size")
+    expect("varlen: 4-d q", lambda: attnc.attention(q, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck),
+           "3-dimensional")
+    expect("varlen: key_mask", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck,
+                                                      key_mask=torch.ones(2, 90, device="cuda", dtype=torch.bool)),
+           "key_mask cannot be combined")
+    expect("varlen: bnhd", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck, layout="bnhd"),
+           "layout does not apply")
+    qpg = qp.detach().clone().requires_grad_(True)
+    expect("varlen: backward", lambda: attnc.attention(qpg, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck), "no backward")
 
 
 def cached_and_graph(rep, dtype):
@@ -347,6 +417,11 @@ def main():
                 run_paged(rep, *case, dtype, layout)
             except Exception as e:  # noqa: BLE001
                 rep.expect(f"{case[0]} {layout}", False, f"{type(e).__name__}: {e}")
+    for case in [c for c in VARLEN if args.cases in c[0]]:
+        try:
+            run_varlen(rep, *case, dtype)
+        except Exception as e:  # noqa: BLE001
+            rep.expect(f"{case[0]}", False, f"{type(e).__name__}: {e}")
     if not args.cases:
         refusals(rep, dtype)
         cached_and_graph(rep, dtype)

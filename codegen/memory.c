@@ -298,6 +298,17 @@ void emit_store(Cg *cg, const Op *op) {
     Mem *m = as_mem(cg, op, op->operands[0]);
     if (!m)
         return;
+    Attr *bound = op_attr(op, "bound");
+    Mem within;
+    if (bound) {   /* the memref as far as the bound: every path's inside-test then stops there */
+        within = *m;
+        LLVMValueRef end = as_scalar(cg, op, op->operands[op->noperands - 1]);
+        LLVMValueRef dim = within.dims[bound->i];
+        end = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, end, dim, ""), end, dim, "");
+        within.dims[bound->i] = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, end, ci64(cg, 0), ""),
+                                                ci64(cg, 0), end, "");
+        m = &within;
+    }
     const Type *t = op->operands[1]->type;
     int64_t rows = t->dims[0].size, cols = t->dims[1].size;
     Dist *d = as_dist(cg, op, op->operands[1]);

@@ -265,22 +265,38 @@ typedef struct Paging {
 
 enum { MIN_PAGE_SIZE = 16, MAX_PAGE_SIZE = 256 };
 
-/* The pages statement's two names: index inputs of the block, not q, k, v. */
-static bool resolve_paging(Sema *s, const Item *it, const Stmt *st, Paging *pg) {
-    pg->st = st;
+/* sequences(CU_Q, CU_K); — q [Tq, H, D] and k, v [Tk, Hkv, D] are a batch
+ * of sequences of different lengths packed end to end (FlashAttention's
+ * varlen layout): sequence b is rows CU_Q[b] to CU_Q[b + 1] of q, CU_K[b]
+ * to CU_K[b + 1] of k and v. The block sees them as [B, H, Tq, D] (and
+ * [B, Hkv, Tk, D]), B the offsets' count less one, each sequence's rows
+ * from 0. */
+typedef struct Sequences {
+    const Stmt *st;
+    Symbol *cu_q, *cu_k;
+} Sequences;
+
+/* A statement's index inputs (pages' table and lengths, sequences'
+ * offsets): inputs of the block, not q, k, v, of i32 and the rank asked. */
+typedef struct IndexInput {
+    const char *what;    /* "the block table" */
+    int rank;
+    const char *shape;   /* "i32[batch, max_pages]" */
+} IndexInput;
+
+static bool resolve_index_inputs(Sema *s, const Item *it, const Stmt *st, const char *usage, const IndexInput *want,
+                                 Symbol **syms) {
     if (st->nvars != 2) {
-        diag_error(s->d, s->src, st->name_loc,
-                   "pages takes two inputs, the block table and the lengths: pages(table, lens), not %d", st->nvars);
+        diag_error(s->d, s->src, st->name_loc, "%s takes two inputs, %s and %s: %s, not %d", st->name, want[0].what,
+                   want[1].what, usage, st->nvars);
         return false;
     }
-    Symbol *syms[2];
-    static const char *const what[2] = {"the block table", "the lengths"};
-    static const int rank[2] = {2, 1};
     for (int i = 0; i < 2; i++) {
         Symbol *sym = sema_lookup_sym(s, st->vars[i]);
         syms[i] = sym;
         if (!sym || sym->kind != SYM_INPUT) {
-            diag_error(s->d, s->src, st->var_locs[i], "%s '%s' must be an input of the block", what[i], st->vars[i]);
+            diag_error(s->d, s->src, st->var_locs[i], "%s '%s' must be an input of the block", want[i].what,
+                       st->vars[i]);
             return false;
         }
         if (!sym->value)
@@ -290,15 +306,37 @@ static bool resolve_paging(Sema *s, const Item *it, const Stmt *st, Paging *pg) 
         bool operand = false;
         for (int k = 0; k < 3 && k < it->ninputs; k++)
             operand |= !strcmp(it->inputs[k].name, sym->name);
-        if (operand || t->elem != SK_I32 || t->rank != rank[i]) {
-            diag_error(s->d, s->src, st->var_locs[i], "%s '%s' must be %s, not %s", what[i], sym->name,
-                       i ? "i32[batch]" : "i32[batch, max_pages]", sema_type_text(s, t));
+        if (operand || t->elem != SK_I32 || t->rank != want[i].rank) {
+            diag_error(s->d, s->src, st->var_locs[i], "%s '%s' must be %s, not %s", want[i].what, sym->name,
+                       want[i].shape, sema_type_text(s, t));
             diag_note(s->d, s->src, sym->loc, "'%s' is declared here", sym->name);
             return false;
         }
     }
+    return true;
+}
+
+static bool resolve_paging(Sema *s, const Item *it, const Stmt *st, Paging *pg) {
+    static const IndexInput want[2] = {{"the block table", 2, "i32[batch, max_pages]"},
+                                       {"the lengths", 1, "i32[batch]"}};
+    Symbol *syms[2];
+    pg->st = st;
+    if (!resolve_index_inputs(s, it, st, "pages(table, lens)", want, syms))
+        return false;
     pg->table = syms[0];
     pg->lens = syms[1];
+    return true;
+}
+
+static bool resolve_sequences(Sema *s, const Item *it, const Stmt *st, Sequences *sq) {
+    static const IndexInput want[2] = {{"the query offsets", 1, "i32[batch + 1]"},
+                                       {"the key offsets", 1, "i32[batch + 1]"}};
+    Symbol *syms[2];
+    sq->st = st;
+    if (!resolve_index_inputs(s, it, st, "sequences(cu_q, cu_k)", want, syms))
+        return false;
+    sq->cu_q = syms[0];
+    sq->cu_k = syms[1];
     return true;
 }
 
@@ -343,7 +381,37 @@ static bool check_paged_operands(Sema *s, AttnShape *sh, Paging *pg) {
     return ok;
 }
 
-static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Paging *pg) {
+/* Packed sequences' shapes: q [Tq, H, D], k and v [Tk, Hkv, D], both
+ * offsets of one size (the batch's, plus one). The block's batch is that
+ * size less one: a number, or the dim SEQS (SEQS_ if the block has an
+ * SEQS) defined so. */
+static bool check_sequence_operands(Sema *s, AttnShape *sh, const Sequences *sq) {
+    const Type *q = sh->q->value->type, *k = sh->k->value->type, *v = sh->v->value->type;
+    bool ok = true;
+    sh->hq = q->dims[1]; sh->nq = q->dims[0]; sh->d = q->dims[2];
+    sh->hkv = k->dims[1]; sh->nk = k->dims[0]; sh->dv = v->dims[2];
+    ok &= same_dim(s, sh->nk, v->dims[0], "token count", sh->v, sh->k, 0);
+    ok &= same_dim(s, sh->hkv, v->dims[1], "head count", sh->v, sh->k, 1);
+    Dim n = sq->cu_q->value->type->dims[0];
+    ok &= same_dim(s, n, sq->cu_k->value->type->dims[0], "size", sq->cu_k, sq->cu_q, 0);
+    if (!n.sym) {
+        sh->batch = (Dim){NULL, n.size - 1};
+        if (n.size < 2) {
+            diag_error(s->d, s->src, sq->cu_q->param->type.dim_locs[0],
+                       "'%s' holds a batch's offsets and its end: at least 2, not %lld", sq->cu_q->name,
+                       (long long)n.size);
+            ok = false;
+        }
+        return ok;
+    }
+    const char *name = "SEQS";
+    while (map_get(&s->dims, name) || map_get(&s->consts, name))
+        name = arena_printf(s->a, "%s_", name);
+    sh->batch = (Dim){name, 0};
+    return ok;
+}
+
+static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Paging *pg, const Sequences *sq) {
     if (it->ninputs < 3) {
         diag_error(s->d, s->src, it->name_loc,
                    "attention block '%s' needs q, k and v as its first three inputs", it->name);
@@ -351,15 +419,18 @@ static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Pag
     }
     Symbol *qkv[3];
     bool ok = true;
+    int rank = sq ? 3 : 4;
     for (int i = 0; i < 3; i++) {
         qkv[i] = sema_lookup_sym(s, it->inputs[i].name);
         if (!qkv[i] || !qkv[i]->value)
             return false;
         qkv[i]->attention_operand = true;
         const Type *t = qkv[i]->value->type;
-        if (t->rank != 4) {
-            diag_error(s->d, s->src, it->inputs[i].type.loc,
-                       "'%s' must have rank 4 [batch, heads, seq, head_dim], not %d", qkv[i]->name, t->rank);
+        if (t->rank != rank) {
+            diag_error(s->d, s->src, it->inputs[i].type.loc, "'%s' must have rank %d %s, not %d", qkv[i]->name,
+                       rank, sq ? "[tokens, heads, head_dim]" : "[batch, heads, seq, head_dim]", t->rank);
+            if (sq)
+                diag_note(s->d, s->src, sq->st->name_loc, "the sequences are packed end to end here");
             ok = false;
         } else if (t->elem != SK_F16 && t->elem != SK_BF16) {
             diag_error(s->d, s->src, it->inputs[i].type.dtype_loc,
@@ -379,9 +450,14 @@ static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Pag
                        scalar_name(sh->dtype));
             ok = false;
         }
-    sh->batch = q->dims[0]; sh->hq = q->dims[1]; sh->nq = q->dims[2]; sh->d = q->dims[3];
-    sh->dv = v->dims[3];
-    if (pg) {
+    int hd_axis = rank - 1;   /* the head dim's */
+    if (!sq) {
+        sh->batch = q->dims[0]; sh->hq = q->dims[1]; sh->nq = q->dims[2]; sh->d = q->dims[3];
+        sh->dv = v->dims[3];
+    }
+    if (sq) {
+        ok &= check_sequence_operands(s, sh, sq);
+    } else if (pg) {
         ok &= check_paged_operands(s, sh, pg);
     } else {
         sh->hkv = k->dims[1]; sh->nk = k->dims[2];
@@ -390,11 +466,11 @@ static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Pag
         ok &= same_dim(s, sh->hkv, v->dims[1], "head count", sh->v, sh->k, 1);
         ok &= same_dim(s, sh->nk, v->dims[2], "sequence length", sh->v, sh->k, 2);
     }
-    ok &= same_dim(s, sh->d, k->dims[3], "head dimension", sh->k, sh->q, 3);
+    ok &= same_dim(s, sh->d, k->dims[hd_axis], "head dimension", sh->k, sh->q, hd_axis);
     for (int i = 0; i < 3; i += 2) {
         Dim hd = i == 0 ? sh->d : sh->dv;
         if (hd.sym) {
-            diag_error(s->d, s->src, qkv[i]->param->type.dim_locs[3],
+            diag_error(s->d, s->src, qkv[i]->param->type.dim_locs[hd_axis],
                        "the head dimension of '%s' must be a compile-time constant, not '%s'",
                        qkv[i]->name, hd.sym);
             ok = false;
@@ -412,7 +488,9 @@ static bool check_attention_operands(Sema *s, const Item *it, AttnShape *sh, Pag
     return ok;
 }
 
-static bool check_attention_outputs(Sema *s, const Item *it, const AttnShape *sh) {
+/* Packed sequences' outputs are packed too: o [Tq, H, Dv], lse [H, Tq]
+ * (FlashAttention's varlen softmax_lse). */
+static bool check_attention_outputs(Sema *s, const Item *it, const AttnShape *sh, bool packed) {
     if (it->noutputs < 1 || it->noutputs > 2) {
         diag_error(s->d, s->src, it->name_loc,
                    "attention block '%s' has %d outputs; it needs o, and optionally lse", it->name,
@@ -420,9 +498,11 @@ static bool check_attention_outputs(Sema *s, const Item *it, const AttnShape *sh
         return false;
     }
     bool ok = true;
-    Dim o_dims[4] = {sh->batch, sh->hq, sh->nq, sh->dv};
-    Type *o_want = type_shaped(s->a, TY_TENSOR, sh->dtype, 4, o_dims);
-    Type *lse_want = type_shaped(s->a, TY_TENSOR, SK_F32, 3, o_dims);
+    Dim o_dims[4] = {sh->batch, sh->hq, sh->nq, sh->dv}, packed_dims[3] = {sh->nq, sh->hq, sh->dv};
+    Type *o_want = packed ? type_shaped(s->a, TY_TENSOR, sh->dtype, 3, packed_dims)
+                          : type_shaped(s->a, TY_TENSOR, sh->dtype, 4, o_dims);
+    Type *lse_want = packed ? type_shaped(s->a, TY_TENSOR, SK_F32, 2, (Dim[]){sh->hq, sh->nq})
+                            : type_shaped(s->a, TY_TENSOR, SK_F32, 3, o_dims);
     for (int i = 0; i < it->noutputs; i++) {
         Type *want = i == 0 ? o_want : lse_want;
         Type *got = declared_type(s, &it->outputs[i]);
@@ -504,11 +584,49 @@ static Value *paged_view(Sema *s, const AttnShape *sh, const Paging *pg, Symbol 
     return view->results[0];
 }
 
-/* A paged cache's batch b has LENS[b] keys: the mask hook (`mask`, made
- * if the block has none) also keeps only j < lens[b]. */
-static Value *mask_lengths(Sema *s, const Paging *pg, Op *mask, Value *scores) {
+/* Packed sequences as the [B, H, T, D] tensor the block reads:
+ * attn.pad(x, cu), after the batch's dim is defined (the offsets' count
+ * less one, a tile.define_dim where it is symbolic). */
+static Value *padded_view(Sema *s, const AttnShape *sh, const Sequences *sq, Symbol *x, Symbol *cu, Dim heads,
+                          Dim rows) {
+    Loc loc = sq->st->loc;
+    if (sh->batch.sym && !map_get(&s->dims, sh->batch.sym)) {
+        Op *d = sema_emit_op(s, loc, OP_DIM, 0, NULL, type_scalar(s->a, SK_INDEX));
+        op_set_attr(s->a, d, "name", attr_str(s->a, cu->value->type->dims[0].sym));
+        Value *n = sema_emit(s, loc, OP_SUB, type_scalar(s->a, SK_INDEX), d->results[0],
+                             sema_emit_constant(s, loc, (Val){VAL_INT, 1, 0, NULL}, SK_INDEX));
+        Op *def = sema_emit_op(s, loc, OP_DEFINE_DIM, 1, &n, NULL);
+        op_set_attr(s->a, def, "name", attr_str(s->a, sh->batch.sym));
+        map_put(s->a, &s->dims, sh->batch.sym, (void *)1);
+    }
+    const Type *t = x->value->type;
+    Dim dims[4] = {sh->batch, heads, rows, t->dims[2]};
+    Value *ops[2] = {x->value, cu->value};
+    return sema_emit_op(s, x->loc, OP_PAD, 2, ops, type_shaped(s->a, TY_TENSOR, sh->dtype, 4, dims))->results[0];
+}
+
+/* The keys batch b has: a paged cache's LENS[b], a packed sequence's
+ * CU_K[b + 1] - CU_K[b]; an index, emitted into the mask hook's block. */
+static Value *key_count(Sema *s, Loc loc, const Paging *pg, const Sequences *sq, Value *b) {
+    Type *i32 = type_scalar(s->a, SK_I32), *idx = type_scalar(s->a, SK_INDEX);
+    if (pg) {
+        Value *ops[2] = {pg->lens->value, b};
+        return sema_emit_cast(s, loc, sema_emit_op(s, loc, OP_EXTRACT, 2, ops, i32)->results[0], SK_INDEX);
+    }
+    Value *next = sema_emit(s, loc, OP_ADD, idx, b, sema_emit_constant(s, loc, (Val){VAL_INT, 1, 0, NULL}, SK_INDEX));
+    Value *at[2] = {b, next}, *off[2];
+    for (int i = 0; i < 2; i++) {
+        Value *ops[2] = {sq->cu_k->value, at[i]};
+        off[i] = sema_emit_cast(s, loc, sema_emit_op(s, loc, OP_EXTRACT, 2, ops, i32)->results[0], SK_INDEX);
+    }
+    return sema_emit(s, loc, OP_SUB, idx, off[1], off[0]);
+}
+
+/* A paged cache's or a packed sequence's batch b has key_count keys: the
+ * mask hook (`mask`, made if the block has none) also keeps only those,
+ * j < key_count(b). */
+static Value *mask_lengths(Sema *s, Loc loc, const Paging *pg, const Sequences *sq, Op *mask, Value *scores) {
     Block *saved = s->insert;
-    Loc loc = pg->st->loc;
     Value *keep = NULL;
     if (!mask) {
         Value *ops[1] = {scores};
@@ -527,11 +645,12 @@ static Value *mask_lengths(Sema *s, const Paging *pg, Op *mask, Value *scores) {
     }
     Block *b = mask->regions[0].blocks[0];
     s->insert = b;
-    Value *ext_ops[2] = {pg->lens->value, b->args[0]};
-    Value *len = sema_emit_op(s, loc, OP_EXTRACT, 2, ext_ops, type_scalar(s->a, SK_I32))->results[0];
-    len = sema_emit_cast(s, loc, len, SK_INDEX);
+    Value *len = key_count(s, loc, pg, sq, b->args[0]);
     Value *in = sema_emit(s, loc, OP_CMP, type_scalar(s->a, SK_I1), b->args[3], len);
     op_set_attr(s->a, in->def, "pred", attr_str(s->a, "lt"));
+    /* tiling ends each program's keys at this count: mask-analysis takes
+     * the conjunct as said (doc/passes.md) */
+    op_set_attr(s->a, in->def, "key_count", attr_bool(s->a, true));
     if (keep)
         in = sema_emit(s, loc, OP_AND, type_scalar(s->a, SK_I1), keep, in);
     sema_emit_op(s, loc, OP_YIELD, 1, &in, NULL);
@@ -543,28 +662,41 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
     Block *body = op_body(func);
     if (!declare_params(s, it, body))
         return;
-    /* pages(...) first: it says how k and v are shaped */
+    /* pages(...) and sequences(...) first: they say how q, k and v are shaped */
     Paging paging, *pg = NULL;
+    Sequences seqs, *sq = NULL;
+    const Stmt *layout = NULL;
     for (int i = 0; i < it->nstmts; i++) {
         const Stmt *st = it->stmts[i];
         if (st->kind != S_CALL)
             continue;
-        if (strcmp(st->name, "pages")) {
+        bool pages = !strcmp(st->name, "pages");
+        if (!pages && strcmp(st->name, "sequences")) {
             diag_error(s->d, s->src, st->name_loc, "unknown statement '%s'", st->name);
-            diag_note(s->d, s->src, st->name_loc, "an attention block takes acc, scale, mask, score and pages");
+            diag_note(s->d, s->src, st->name_loc,
+                      "an attention block takes acc, scale, mask, score, pages and sequences");
             return;
         }
-        if (pg) {
-            diag_error(s->d, s->src, st->name_loc, "'pages' is given twice");
-            diag_note(s->d, s->src, pg->st->name_loc, "first given here");
+        if (layout) {
+            bool twice = !strcmp(layout->name, st->name);
+            if (twice)
+                diag_error(s->d, s->src, st->name_loc, "'%s' is given twice", st->name);
+            else
+                diag_error(s->d, s->src, st->name_loc, "'pages' and 'sequences' do not go together: a block reads "
+                           "either a paged cache or packed sequences");
+            diag_note(s->d, s->src, layout->name_loc, twice ? "first given here" : "'%s' is given here", layout->name);
             return;
         }
-        if (!resolve_paging(s, it, st, &paging))
+        layout = st;
+        if (pages ? !resolve_paging(s, it, st, &paging) : !resolve_sequences(s, it, st, &seqs))
             return;
-        pg = &paging;
+        if (pages)
+            pg = &paging;
+        else
+            sq = &seqs;
     }
     AttnShape sh;
-    if (!check_attention_operands(s, it, &sh, pg) || !check_attention_outputs(s, it, &sh))
+    if (!check_attention_operands(s, it, &sh, pg, sq) || !check_attention_outputs(s, it, &sh, sq != NULL))
         return;
     check_acc(s, it);
     if (s->acc == SK_F16 && sh.dtype != SK_F16) {
@@ -580,7 +712,7 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
         if (st->kind == S_ASSIGN)
             diag_error(s->d, s->src, st->name_loc,
                        "assignments are only allowed in mlp blocks; an attention block "
-                       "takes acc, scale, mask, score and pages");
+                       "takes acc, scale, mask, score, pages and sequences");
         if (!slot)
             continue;
         if (*slot) {
@@ -614,6 +746,10 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
     if (pg) {
         k = paged_view(s, &sh, pg, sh.k, sh.d);
         v = paged_view(s, &sh, pg, sh.v, sh.dv);
+    } else if (sq) {
+        q = padded_view(s, &sh, sq, sh.q, sq->cu_q, sh.hq, sh.nq);
+        k = padded_view(s, &sh, sq, sh.k, sq->cu_k, sh.hkv, sh.nk);
+        v = padded_view(s, &sh, sq, sh.v, sq->cu_k, sh.hkv, sh.nk);
     }
     if (!dim_equal(sh.hq, sh.hkv)) {  /* GQA: each kv head serves Hq/Hkv query heads */
         Dim kd[4] = {sh.batch, sh.hq, sh.nk, sh.d}, vd[4] = {sh.batch, sh.hq, sh.nk, sh.dv};
@@ -648,24 +784,32 @@ void sema_lower_attention(Sema *s, const Item *it, Op *func) {
     }
     if (!ok)
         return;
-    if (pg)
-        scores = mask_lengths(s, pg, hooks[1], scores);
+    if (layout)
+        scores = mask_lengths(s, layout->loc, pg, sq, hooks[1], scores);
     Value *probs = sema_emit(s, loc, OP_SOFTMAX, scores_t, scores, NULL);
     Value *p = sema_emit_cast(s, loc, probs, sh.dtype);
     Dim o_dims[4] = {sh.batch, sh.hq, sh.nq, sh.dv};
     Value *pv[2] = {p, v};
     Op *o = sema_emit_op(s, loc, OP_MATMUL, 2, pv, type_shaped(s->a, TY_TENSOR, sh.dtype, 4, o_dims));
     op_set_attr(s->a, o, "acc", attr_type(s->a, type_scalar(s->a, s->acc)));
-    o->results[0]->name = it->outputs[0].name;
     Value *outs[2] = {o->results[0], NULL};
     if (it->noutputs == 2) {
         Value *s32 = sema_emit_cast(s, loc, scores, SK_F32);
         Value *ops[1] = {s32};
         Op *lse = sema_emit_op(s, loc, OP_REDUCE, 1, ops, type_shaped(s->a, TY_TENSOR, SK_F32, 3, o_dims));
         op_set_attr(s->a, lse, "kind", attr_str(s->a, "logsumexp"));
-        lse->results[0]->name = it->outputs[1].name;
         outs[1] = lse->results[0];
     }
+    for (int i = 0; sq && i < it->noutputs; i++) {   /* packed as q is: attn.unpad */
+        const Type *t = outs[i]->type;
+        Dim packed[3] = {sh.nq, sh.hq, sh.dv};
+        Type *pt = i ? type_shaped(s->a, TY_TENSOR, SK_F32, 2, (Dim[]){sh.hq, sh.nq})
+                     : type_shaped(s->a, TY_TENSOR, t->elem, 3, packed);
+        Value *ops[2] = {outs[i], sq->cu_q->value};
+        outs[i] = sema_emit_op(s, sq->st->loc, OP_UNPAD, 2, ops, pt)->results[0];
+    }
+    for (int i = 0; i < it->noutputs; i++)
+        outs[i]->name = it->outputs[i].name;
     emit_return(s, it, outs, it->noutputs);
     warn_unused(s);
 }

@@ -189,6 +189,8 @@ static bool eval_op(Interp *in, const Op *op) {
     case OP_EXPAND_HEADS: return eval_expand_heads(in, op);
     case OP_SUM_HEADS: return eval_sum_heads(in, op);
     case OP_PAGES: return eval_pages(in, op);
+    case OP_PAD: return eval_pad(in, op);
+    case OP_UNPAD: return eval_unpad(in, op);
     case OP_RESHAPE: return eval_reshape(in, op);
     case OP_SCORE_MOD:
     case OP_MASK: return eval_hook(in, op);

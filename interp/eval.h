@@ -62,6 +62,8 @@ bool eval_transpose(Interp *in, const Op *op);
 bool eval_expand_heads(Interp *in, const Op *op);
 bool eval_sum_heads(Interp *in, const Op *op);
 bool eval_pages(Interp *in, const Op *op);
+bool eval_pad(Interp *in, const Op *op);
+bool eval_unpad(Interp *in, const Op *op);
 bool eval_reshape(Interp *in, const Op *op);
 bool eval_rows(Interp *in, const Op *op);
 bool eval_scalar_op(Interp *in, const Op *op);

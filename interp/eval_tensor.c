@@ -335,6 +335,67 @@ bool eval_pages(Interp *in, const Op *op) {
     return eval_set_result(in, op, r);
 }
 
+/* Sequence b of packed offsets cu: rows cu[b] to cu[b + 1] of a packed
+ * tensor of `rows` rows; *len 0 where the offsets are out of order. */
+static int64_t sequence_rows(const Tensor *cu, int64_t b, int64_t rows, int64_t *len) {
+    int64_t start = (int64_t)cu->data[b], end = (int64_t)cu->data[b + 1];
+    *len = end > start ? end - start : 0;
+    if (start < 0 || start > rows)
+        *len = 0;
+    else if (*len > rows - start)
+        *len = rows - start;
+    return start;
+}
+
+/* attn.pad: packed [T, H, D] as [B, H, T, D], zero past each sequence's
+ * length (rows past the packed tensor's end count as past it). */
+bool eval_pad(Interp *in, const Op *op) {
+    Tensor *x = eval_get(in, op->operands[0]), *cu = eval_get(in, op->operands[1]);
+    Tensor *r = eval_new_result(in, op);
+    if (!r)
+        return false;
+    if (cu->dims[0] != r->dims[0] + 1)
+        return eval_fail(in, op, "%lld sequence offsets for %lld sequences", (long long)cu->dims[0],
+                         (long long)r->dims[0]);
+    int64_t T = x->dims[0], H = x->dims[1], D = x->dims[2];
+    memset(r->data, 0, sizeof(double) * (size_t)r->size);
+    for (int64_t b = 0; b < r->dims[0]; b++) {
+        int64_t len, start = sequence_rows(cu, b, T, &len);
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < len; i++)
+                memcpy(r->data + ((b * H + h) * T + i) * D, x->data + ((start + i) * H + h) * D,
+                       sizeof(double) * (size_t)D);
+    }
+    return eval_set_result(in, op, r);
+}
+
+/* attn.unpad: [B, H, T, D] to packed [T, H, D] (an lse's [B, H, T] to [H,
+ * T]); a row of no sequence is left as unwritten memory, as the kernels
+ * leave it. */
+bool eval_unpad(Interp *in, const Op *op) {
+    Tensor *y = eval_get(in, op->operands[0]), *cu = eval_get(in, op->operands[1]);
+    Tensor *r = eval_new_result(in, op);
+    if (!r)
+        return false;
+    if (cu->dims[0] != y->dims[0] + 1)
+        return eval_fail(in, op, "%lld sequence offsets for %lld sequences", (long long)cu->dims[0],
+                         (long long)y->dims[0]);
+    bool lse = y->rank == 3;
+    int64_t H = y->dims[1], T = y->dims[2], D = lse ? 1 : y->dims[3];
+    for (int64_t e = 0; e < r->size; e++)
+        r->data[e] = interp_poison();
+    for (int64_t b = 0; b < y->dims[0]; b++) {
+        int64_t len, start = sequence_rows(cu, b, T, &len);
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < len; i++)
+                for (int64_t d = 0; d < D; d++) {
+                    int64_t to = lse ? h * T + start + i : ((start + i) * H + h) * D + d;
+                    r->data[to] = y->data[((b * H + h) * T + i) * D + d];
+                }
+    }
+    return eval_set_result(in, op, r);
+}
+
 /* GQA's adjoint: each kv head gets the sum over its group of query heads,
  * summed exactly and rounded once. */
 bool eval_sum_heads(Interp *in, const Op *op) {

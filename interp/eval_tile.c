@@ -24,6 +24,8 @@ typedef struct Box {
     const Tensor *mem, *tile;
     int64_t base[MAX_RANK];
     int axis_dim[MAX_RANK];
+    int bound_dim;         /* a bounded tile.store's dimension, or -1 */
+    int64_t bound;         /* ... and its bound: coordinates from it are outside */
 } Box;
 
 static void box_init(Interp *in, const Op *op, const Tensor *mem, const Tensor *tile, int first_index, Box *b) {
@@ -34,6 +36,9 @@ static void box_init(Interp *in, const Op *op, const Tensor *mem, const Tensor *
         b->base[d] = index_operand(in, op, first_index + d);
     for (int a = 0; a < tile->rank; a++)
         b->axis_dim[a] = (int)dims->elems[a]->i;
+    Attr *bound = op_attr(op, "bound");
+    b->bound_dim = bound ? (int)bound->i : -1;
+    b->bound = bound ? index_operand(in, op, op->noperands - 1) : 0;
 }
 
 /* The memref offset of tile element `e`; -1 when it falls outside the memref. */
@@ -48,7 +53,7 @@ static int64_t box_offset(const Box *b, int64_t e) {
     }
     int64_t off = 0;
     for (int d = 0; d < b->mem->rank; d++) {
-        if (coord[d] < 0 || coord[d] >= b->mem->dims[d])
+        if (coord[d] < 0 || coord[d] >= b->mem->dims[d] || (d == b->bound_dim && coord[d] >= b->bound))
             return -1;
         off = off * b->mem->dims[d] + coord[d];
     }

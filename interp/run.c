@@ -4,6 +4,7 @@
 #include "interp/interp.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- dimensions ---------------------------------------------------------- */
@@ -65,12 +66,30 @@ static const Op *paged_by(const Block *body, const Value *arg, int operand) {
     return NULL;
 }
 
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The fewest rows of the packed tensors arg is the sequence offsets of
+ * (attn.pad's operand 1), or -1: none. */
+static int64_t offsets_of(Interp *in, const Block *body, const Value *arg) {
+    int64_t rows = -1;
+    for_each_op(op, body) {
+        int64_t dims[MAX_RANK];
+        if (op->kind == OP_PAD && op->operands[1] == arg && concrete_shape(in, op->operands[0]->type, dims))
+            rows = rows < 0 || dims[0] < rows ? dims[0] : rows;
+    }
+    return rows;
+}
+
 /* N(0, 1) numbers, or for a weight [.., K, N] N(0, 1/K), as initialised
  * weights are: then x @ w stays N(0, 1)-sized at any K, and f16 blocks at
  * their real sizes do not overflow. Integers (indices) are 0..4, but a
  * paged cache's block table holds random pages of the cache (0 to
  * pages − 1), and its lengths 0 to max_pages · page_size (each length
- * 0, 1 and the most as likely as a tenth of the rest). */
+ * 0, 1 and the most as likely as a tenth of the rest); packed sequences'
+ * offsets run from 0 to all the rows, cut at random. */
 static Tensor *random_input(Interp *in, const Block *body, const Value *arg, Rng *rng) {
     const Type *t = arg->type;
     int64_t dims[MAX_RANK];
@@ -88,6 +107,13 @@ static Tensor *random_input(Interp *in, const Block *body, const Value *arg, Rng
             return NULL;
         pages = cdims[0];
         most = tdims[1] * op_attr(p, "page_size")->i;
+    }
+    int64_t packed = rank == 1 ? offsets_of(in, body, arg) : -1;
+    if (packed >= 0) {   /* from 0 to all the rows, cut at random (empty sequences among them) */
+        for (int64_t e = 0; e < x->size; e++)
+            x->data[e] = e == 0 ? 0 : e == x->size - 1 ? (double)packed : (double)(rng_next(rng) % (uint64_t)(packed + 1));
+        qsort(x->data, (size_t)x->size, sizeof(double), compare_doubles);
+        return x;
     }
     for (int64_t e = 0; e < x->size; e++) {
         if (table) {

@@ -377,6 +377,46 @@ static void verify_pages(Verifier *v, Op *op) {
         op_error(v, op, "result's keys must be max_pages · page_size");
 }
 
+/* Whether cu is the i32[B + 1] offsets of a batch of `batch` sequences. */
+static bool is_offsets_of(const Type *cu, Dim batch) {
+    return is_tensor(cu) && cu->rank == 1 && cu->elem == SK_I32 &&
+           (cu->dims[0].sym || batch.sym || cu->dims[0].size == batch.size + 1);
+}
+
+/* attn.pad(x, cu): packed sequences x [T, H, D] (sequence b is rows cu[b]
+ * to cu[b + 1]) as [B, H, T, D], each sequence's rows from 0 and zero
+ * past its length. */
+static void verify_pad(Verifier *v, Op *op) {
+    const Type *x = op->operands[0]->type, *cu = op->operands[1]->type, *r = op->results[0]->type;
+    if (!is_tensor(x) || !is_tensor(r) || x->rank != 3 || r->rank != 4 || x->elem != r->elem) {
+        op_error(v, op, "operand must be a rank-3 tensor [T, H, D] and result rank 4 of its element type");
+        return;
+    }
+    if (!is_offsets_of(cu, r->dims[0]))
+        op_error(v, op, "needs i32[B + 1] sequence offsets of the result's B");
+    else if (!dim_equal(r->dims[1], x->dims[1]) || !dim_equal(r->dims[2], x->dims[0]) ||
+             !dim_equal(r->dims[3], x->dims[2]))
+        op_error(v, op, "result must be [B, H, T, D] of the operand's [T, H, D]");
+}
+
+/* attn.unpad(y, cu): attn.pad's inverse, [B, H, T, D] to [T, H, D] (or an
+ * lse's [B, H, T] to [H, T]): row i of sequence b to row cu[b] + i. */
+static void verify_unpad(Verifier *v, Op *op) {
+    const Type *y = op->operands[0]->type, *cu = op->operands[1]->type, *r = op->results[0]->type;
+    if (!is_tensor(y) || !is_tensor(r) || (y->rank != 4 && y->rank != 3) || r->rank != y->rank - 1 ||
+        y->elem != r->elem) {
+        op_error(v, op, "operand must be [B, H, T, D] or [B, H, T] and the result one rank less, of its element type");
+        return;
+    }
+    bool ok = y->rank == 4 ? dim_equal(r->dims[0], y->dims[2]) && dim_equal(r->dims[1], y->dims[1]) &&
+                                 dim_equal(r->dims[2], y->dims[3])
+                           : dim_equal(r->dims[0], y->dims[1]) && dim_equal(r->dims[1], y->dims[2]);
+    if (!is_offsets_of(cu, y->dims[0]))
+        op_error(v, op, "needs i32[B + 1] sequence offsets of the operand's B");
+    else if (!ok)
+        op_error(v, op, "result must be [T, H, D] of [B, H, T, D] (or [H, T] of [B, H, T])");
+}
+
 /* attn.reshape: adds or drops dimensions of size 1 (the elements keep their
  * row-major order). */
 static void verify_reshape(Verifier *v, Op *op) {
@@ -843,8 +883,24 @@ static void verify_load(Verifier *v, Op *op) {
     verify_box(v, op, op->operands[0]->type, op->results[0]->type, 1);
 }
 
+/* tile.store (and tile.atomic_add): a tile at the indices; with 'bound' =
+ * d, a last operand: memref rows at or past it along dimension d are not
+ * written (a sequence's end inside a packed tensor). */
 static void verify_store(Verifier *v, Op *op) {
-    verify_box(v, op, op->operands[0]->type, op->operands[1]->type, 2);
+    Attr *bound = op_attr(op, "bound");
+    const Type *mem = op->operands[0]->type;
+    if (!bound) {
+        verify_box(v, op, mem, op->operands[1]->type, 2);
+        return;
+    }
+    if (op->kind != OP_STORE || bound->kind != AT_INT || mem->kind != TY_MEMREF || bound->i < 0 ||
+        bound->i >= mem->rank || op->noperands != mem->rank + 3 || !is_index(op->operands[op->noperands - 1]->type)) {
+        op_error(v, op, "'bound' must name a memref dimension, with the bound (an index) as the last operand");
+        return;
+    }
+    op->noperands--;   /* the box without its bound */
+    verify_box(v, op, mem, op->operands[1]->type, 2);
+    op->noperands++;
 }
 
 static void verify_gather(Verifier *v, Op *op) {

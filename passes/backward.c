@@ -393,13 +393,22 @@ bool pass_backward(Op *module, PassContext *ctx) {
         Attr *kind = op_attr(f, "kind");
         if (!kind || strcmp(kind->s, "attention") != 0)
             continue;
-        const Op *paged = NULL;
-        for_each_op(op, op_body(f))
+        const Op *paged = NULL, *packed = NULL;
+        for_each_op(op, op_body(f)) {
             if (op->kind == OP_PAGES)
                 paged = op;
+            if (op->kind == OP_PAD && !packed)   /* (q's) */
+                packed = op;
+        }
         if (paged) {   /* a cache is read (decode, serving), not trained */
             op_diag(d, NULL, paged, "a paged KV cache (pages) has no backward: -backward derives the gradients "
                                     "of blocks that read k and v whole");
+            ok = false;
+            continue;
+        }
+        if (packed) {
+            op_diag(d, NULL, packed, "packed sequences (sequences) have no backward yet: -backward derives the "
+                                     "gradients of blocks of [batch, heads, seq, head_dim] tensors");
             ok = false;
             continue;
         }

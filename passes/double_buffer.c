@@ -287,6 +287,26 @@ static bool same_value(const Value *x, const Value *y) {
     return a && b && a->kind == b->kind && (a->kind == AT_INT ? a->i == b->i : a->kind == AT_FLOAT && a->f == b->f);
 }
 
+/* The same index of each loop's own index: equal values, the loop
+ * indices themselves, or the same pure scalar ops of such (a paged cache's
+ * page and row, a packed sequence's first key + j). */
+static bool same_index(const Value *x, const Value *aiv, const Value *y, const Value *biv, int depth) {
+    if (same_value(x, y) || (x == aiv && y == biv))
+        return true;
+    const Op *dx = x->def, *dy = y->def;
+    if (!dx || !dy || depth > 8 || dx->kind != dy->kind || dx->noperands != dy->noperands || dx->nregions ||
+        x->type->kind != TY_SCALAR || !type_equal(x->type, y->type) || !(op_info[dx->kind].flags & OPF_PURE) ||
+        (dx->kind != OP_GATHER && !(op_info[dx->kind].flags & OPF_ELEMENTWISE)))
+        return false;
+    Attr *px = op_attr(dx, "pred"), *py = op_attr(dy, "pred");
+    if ((px || py) && (!px || !py || strcmp(px->s, py->s) != 0))
+        return false;
+    for (int i = 0; i < dx->noperands; i++)
+        if (!same_index(dx->operands[i], aiv, dy->operands[i], biv, depth + 1))
+            return false;
+    return true;
+}
+
 /* Do two loops' loads read the same boxes, each at its own loop index? */
 static bool same_loads(const PtrVec *a, const Value *aiv, const PtrVec *b, const Value *biv) {
     if (a->len != b->len)
@@ -297,7 +317,7 @@ static bool same_loads(const PtrVec *a, const Value *aiv, const PtrVec *b, const
             !same_dims(op_attr(x, "dims"), op_attr(y, "dims")))
             return false;
         for (int i = 0; i < x->noperands; i++)
-            if (!same_value(x->operands[i], y->operands[i]) && !(x->operands[i] == aiv && y->operands[i] == biv))
+            if (!same_index(x->operands[i], aiv, y->operands[i], biv, 0))
                 return false;
     }
     return true;

@@ -178,7 +178,7 @@ static void tma_scratch_loads(Arena *a, Op *launch) {
  * only where it can take memory a dead buffer held (Q's): not persistent. */
 static void tma_stores(Arena *a, const Block *body) {
     for (Op *op = body->first; op; op = op->next) {
-        if (op->kind != OP_STORE)
+        if (op->kind != OP_STORE || op_attr(op, "bound"))   /* (a TMA box clips at the tensor's end only) */
             continue;
         const Type *t = op->operands[1]->type;
         if (t->kind == TY_TILE && t->rank == 2 && !t->dims[0].sym && !t->dims[1].sym &&
@@ -371,12 +371,60 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
     return true;
 }
 
+/* A dot in a loop whose A is a tile computed before the loop (the packed
+ * rows' Q of a split, assembled from each head's rows by selects) reads it
+ * from shared memory, stored there once: the dot takes trans(trans(A)),
+ * the inner transpose's scratch copy read in place (nv_layout.c's
+ * operand_layout: "row", wgmma's K-major A). Held in registers across the
+ * loop as a wgmma RS operand, ptxas (CUDA 13.0) gave those registers to
+ * the loop's other RS operand, P, so from the second key tile on Q·Kᵀ
+ * read P (SASS: both HGMMAs' A in R100; wrong scores in a paged decode's
+ * packed split). FlashAttention-3 keeps Q in shared memory too. */
+static void stage_invariant_a(Arena *a, Block *blk, bool in_loop, Map *staged) {
+    for (Op *op = blk->first; op; op = op->next) {
+        for (int r = 0; r < op->nregions; r++)
+            for (int k = 0; k < op->regions[r].nblocks; k++)
+                stage_invariant_a(a, op->regions[r].blocks[k], in_loop || op->kind == OP_FOR, staged);
+        Op *def = op->kind == OP_DOT && in_loop ? op->operands[0]->def : NULL;
+        if (!def || def->parent == op->parent || def->kind == OP_LOAD || def->kind == OP_TRANS)
+            continue;
+        Value *twice = map_get(staged, op->operands[0]);
+        if (!twice) {
+            const Type *t = op->operands[0]->type;
+            Type *tt = type_shaped(a, TY_TILE, t->elem, 2, (Dim[]){t->dims[1], t->dims[0]});
+            Op *inner = op_create(a, OP_TRANS, 1, (Value *[]){op->operands[0]}, 1, &tt, 0);
+            Op *outer = op_create(a, OP_TRANS, 1, (Value *[]){inner->results[0]}, 1, (Type *[]){(Type *)t}, 0);
+            inner->loc = outer->loc = def->loc;
+            Op *after = def->next;
+            if (after) {
+                op_insert_before(after, inner);
+                op_insert_before(after, outer);
+            } else {
+                block_append(def->parent, inner);
+                block_append(def->parent, outer);
+            }
+            twice = outer->results[0];
+            map_put(a, staged, op->operands[0], twice);
+        }
+        op->operands[0] = twice;
+    }
+}
+
+static void prepare(const Lower *l, Op *launch) {
+    if (op_attr(launch, "nv.layout"))   /* laid out already (the pass run again on target IR): as it was */
+        return;
+    Map staged;
+    map_init(&staged, false);
+    stage_invariant_a(l->ctx->arena, launch->regions[0].blocks[0], false, &staged);
+}
+
 const LayoutTarget layout_sm90a = {
     .target = &target_sm90a,
     .operand_multiple = 16, .operand_elem = is_16bit, .row_stride = ldmatrix_stride,
     .swizzle_all = true,
     .copy = "cp.async", .counts_groups = true,
     .annotate_dot = annotate_dot, .pick_warps = pick_warps, .annotate_launch = specialise,
+    .prepare_launch = prepare,
 };
 
 bool pass_sm90a_layout(Op *module, PassContext *ctx) { return nv_layout_run(&layout_sm90a, module, ctx); }

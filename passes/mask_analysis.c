@@ -11,7 +11,11 @@
  * a = ±1, b an integer and K made of constants and dimensions (`<`, `>`,
  * `>=` normalised over integers), give the bounds j <= hi(i) = h·i + K and
  * j >= lo(i) = l·i + K. `exact` says the mask is exactly those bounds (no
- * other conjunct), so tiles entirely inside them need no mask at all.
+ * other conjunct), so tiles entirely inside them need no mask at all. The
+ * frontend's `j < (a batch's key count)` of a paged cache or packed
+ * sequences (marked `key_count`) leaves a band exact, bounds or none:
+ * tiling ends each program's keys at that count and masks the tile it
+ * falls in.
  * Masks with no such conjunct (a document mask, a padding mask read from a
  * tensor) get no band and stay elementwise.
  *
@@ -112,6 +116,7 @@ static bool affine(const Value *v, const Block *hook, Affine *out, int depth) {
 
 typedef struct Band {
     bool has_lo, has_hi, exact;
+    bool key_count;  /* a conjunct j < (a batch's key count), marked so by the frontend */
     Affine lo, hi;   /* j >= lo(i), j <= hi(i); cj unused */
 } Band;
 
@@ -159,6 +164,14 @@ static void conjuncts(const Value *v, const Block *hook, Band *band, int depth) 
         conjuncts(op->operands[1], hook, band, depth + 1);
         return;
     }
+    /* a paged cache's or a packed sequence's j < key count: tiling ends the
+     * program's keys there (nk) and masks the tile it falls in, so it keeps
+     * the band exact */
+    Attr *count = op ? op_attr(op, "key_count") : NULL;
+    if (count && count->kind == AT_BOOL && count->i) {
+        band->key_count = true;
+        return;
+    }
     if (!op || !constrain(op, hook, band))
         band->exact = false;
 }
@@ -183,8 +196,8 @@ static bool run(Op *module, PassContext *ctx, int64_t shrink) {
             const Block *hook = op->regions[mask].blocks[0];
             Band band = {.exact = true};
             conjuncts(hook->last->operands[0], hook, &band, 0);
-            if (!band.has_lo && !band.has_hi)
-                continue;
+            if (!band.has_lo && !band.has_hi && !(band.exact && band.key_count))
+                continue;   /* (a mask of the key count alone: exact, no bounds) */
             Attr *d = attr_dict(ctx->arena);
             attrs_set(ctx->arena, &d->entries, &d->n, "exact", attr_bool(ctx->arena, band.exact));
             if (band.has_lo)

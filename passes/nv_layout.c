@@ -521,6 +521,8 @@ int64_t nv_buffer_bytes(const Block *body) { return 4096 + buffer_bytes(body); }
 static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;
     const Block *body = launch->regions[0].blocks[0];
+    if (l->lt->prepare_launch)
+        l->lt->prepare_launch(l, launch);
     Scan s = {.acc = SK_F32};
     scan(body, body, &s);
     if (s.bf16 && !l->t->bf16) {

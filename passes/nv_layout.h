@@ -77,6 +77,9 @@ struct LayoutTarget {
      * specialisation); returns whether the launch's copies are TMA's.
      * NULL: none */
     bool (*annotate_launch)(const Lower *l, Op *launch, const Scan *s, int warps);
+    /* before any decision, the target's rewrites of the launch (sm_90a:
+     * loop-invariant A operands through shared memory); NULL: none */
+    void (*prepare_launch)(const Lower *l, Op *launch);
 };
 
 extern const LayoutTarget layout_sm70, layout_sm80, layout_sm90a;

@@ -66,6 +66,22 @@ void t_store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims
     block_append(b->blk, op);
 }
 
+/* A t_store that writes no element at or past `bound` along memref
+ * dimension bound_dim (tile.store's 'bound'). */
+void t_store_bounded(Builder *b, Value *mem, Value *tile, Value **index, const int *dims, int bound_dim,
+                     Value *bound) {
+    t_store(b, mem, tile, index, dims);
+    if (tiling_sequences_unbounded)   /* the broken twin */
+        return;
+    Op *op = b->blk->last;
+    Value **ops = NEW_ARRAY(b->a, Value *, op->noperands + 1);
+    memcpy(ops, op->operands, sizeof(Value *) * (size_t)op->noperands);
+    ops[op->noperands] = bound;
+    op->operands = ops;
+    op->noperands++;
+    op_set_attr(b->a, op, "bound", attr_int(b->a, bound_dim));
+}
+
 void t_yield(Builder *b, int n, Value **vals) {
     Op *y = op_create(b->a, OP_TILE_YIELD, n, vals, 0, NULL, 0);
     y->loc = b->loc;
@@ -187,7 +203,7 @@ Value *vectorise(Builder *b, const Block *region, Value **args, const Map *memre
 static Map replaced;
 /* The broken twin's mistake (test-tiling-rows-round-down): attention's query
  * tiles counted by floor(N / BM), so a ragged last tile has no program. */
-bool tiling_rows_round_down, tiling_split_round_down, tiling_pages_in_order;
+bool tiling_rows_round_down, tiling_split_round_down, tiling_pages_in_order, tiling_sequences_unbounded;
 
 /* Puts the ops built in `tmp` (grid computations, launches) where `op`
  * was, and `results` in place of op's. */
@@ -269,7 +285,7 @@ int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64
 static bool run(Op *module, PassContext *ctx);
 
 bool pass_tiling(Op *module, PassContext *ctx) {
-    tiling_rows_round_down = tiling_split_round_down = tiling_pages_in_order = false;
+    tiling_rows_round_down = tiling_split_round_down = tiling_pages_in_order = tiling_sequences_unbounded = false;
     return run(module, ctx);
 }
 
@@ -284,6 +300,13 @@ bool pass_test_tiling_pages_in_order(Op *module, PassContext *ctx) {
     tiling_pages_in_order = true;
     bool ok = run(module, ctx);
     tiling_pages_in_order = false;
+    return ok;
+}
+
+bool pass_test_tiling_sequences_unbounded(Op *module, PassContext *ctx) {
+    tiling_sequences_unbounded = true;
+    bool ok = run(module, ctx);
+    tiling_sequences_unbounded = false;
     return ok;
 }
 
@@ -302,6 +325,12 @@ static bool run(Op *module, PassContext *ctx) {
         for (Op *op = op_body(func)->first, *next; op; op = next) {
             next = op->next;
             redirect(op);   /* a value defined before op is used by op or later */
+            if (op->kind == OP_UNPAD && op->operands[0]->def && op->operands[0]->def->kind == OP_LAUNCH) {
+                /* packed sequences' output: the launch stored it packed (tile_attention) */
+                map_put(ctx->arena, &replaced, op->results[0], op->operands[0]);
+                op_unlink(op);
+                continue;
+            }
             bool ok = op->kind == OP_FUSED_GEMM ? tile_gemm(ctx, func, op)
                     : op->kind == OP_ATTENTION  ? tile_attention(ctx, func, op)
                     : op->kind == OP_ATTENTION_BWD ? tile_attention_backward(ctx, func, op)

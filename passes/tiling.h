@@ -31,6 +31,8 @@ typedef struct Segment {
  * builder made; the tile sizes */
 Value *t_load(Builder *b, Value *mem, Value **index, const int *dims, Type *t, double pad);
 void t_store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims);
+void t_store_bounded(Builder *b, Value *mem, Value *tile, Value **index, const int *dims, int bound_dim,
+                     Value *bound);
 void t_yield(Builder *b, int n, Value **vals);
 Type *memref_of(Arena *a, const Type *t);
 Op *make_launch(Builder *outer, SrcLoc loc, Value **grid, int nin, Value **inputs, int nres, Type **types, const char **names, Value ***args);
@@ -67,5 +69,8 @@ extern bool tiling_split_round_down;
  * in order (batch b's key j on page b·max_pages + j // page_size), the
  * block table ignored */
 extern bool tiling_pages_in_order;
+/* test-tiling-sequences-unbounded: packed sequences' stores not bounded by
+ * the sequence's end (a tile's rows past it land in the next sequence's) */
+extern bool tiling_sequences_unbounded;
 
 #endif

@@ -19,12 +19,21 @@ typedef struct AttnTile {
      * (at least BN: a key tile never crosses a page) */
     Value *table;
     int64_t page_size;
+    /* packed sequences (attn.pad): this program's rows of q start at
+     * q_start, its keys at k_start, of [T, H, D] tensors */
+    Value *q_start, *k_start;
 } AttnTile;
 
 /* The attn.pages k (or v) of att is read through, or NULL: a paged cache. */
 static const Op *paged(const Op *att, int operand) {
     const Value *x = att->operands[operand];
     return x->def && x->def->kind == OP_PAGES ? x->def : NULL;
+}
+
+/* The attn.pad q, k or v (operand) of att is read through, or NULL. */
+static const Op *padded(const Op *att, int operand) {
+    const Value *x = att->operands[operand];
+    return x->def && x->def->kind == OP_PAD ? x->def : NULL;
 }
 
 /* The i32 element of memref mem at the n scalar indices idx, as an index. */
@@ -41,6 +50,10 @@ static Value *read_index(Builder *b, Value *mem, int n, Value **idx) {
 static Value *key_tile(AttnTile *t, Builder *b, Value *mem, Value *j0, int64_t cols) {
     Value *zero = b_index(b, 0);
     Type *ty = b_tile_type(b, t->dt, t->BN, cols);
+    if (t->k_start) {   /* rows k_start + j0 of [Tk, Hkv, D] */
+        const int rows_cols[2] = {0, 2};
+        return t_load(b, mem, (Value *[]){b_bin(b, OP_ADD, t->k_start, j0), t->kh, zero}, rows_cols, ty, 0);
+    }
     if (!t->table) {
         const int rows_cols[2] = {2, 3};
         return t_load(b, mem, (Value *[]){t->bi, t->kh, j0, zero}, rows_cols, ty, 0);
@@ -228,6 +241,41 @@ static void packed_head(Builder *b, const AttnTile *t, int64_t G, int64_t g, Val
  * K and V are read once for the group, not once a head; with
  * split->rows, its rows are the G heads' Nq query rows each, head g's at
  * packed rows [g·Nq, (g + 1)·Nq), ceil(G·Nq / BM) programs a kv head. */
+/* Packed sequences (attn.pad): a program per query tile of every
+ * sequence, program p the p-th in sequence order (FlashAttention-3's
+ * varlen scheduler counts alike). Its sequence and tile come from a scan
+ * of the query offsets cu_q, B entries; past the last tile, sequence B: no
+ * rows, no keys (the offsets past the end read 0). Sets t's batch, rows
+ * and starts and its key count; returns the end of its sequence's rows in
+ * q (stores stop there). */
+static Value *sequence_tile(AttnTile *t, Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B) {
+    Value *zero = b_index(b, 0), *one = b_index(b, 1);
+    Value *init[3] = {B, zero, zero}, *s, **c;   /* sequence, its tile, tiles before s */
+    Builder body;
+    Op *scan = new_for(b, zero, B, one, 3, init, &body, &s, &c);
+    Value *len = b_bin(&body, OP_MAX, b_bin(&body, OP_SUB, read_index(&body, cu_q, 1, (Value *[]){b_bin(&body, OP_ADD, s, one)}),
+                                              read_index(&body, cu_q, 1, &s)), zero);
+    Value *upto = b_bin(&body, OP_ADD, c[2], b_ceildiv(&body, len, t->BM));
+    Value *hit = b_bin(&body, OP_AND, b_cmp(&body, "le", c[2], p), b_cmp(&body, "lt", p, upto));
+    Value *next[3] = {b_select(&body, hit, s, c[0]), b_select(&body, hit, b_bin(&body, OP_SUB, p, c[2]), c[1]), upto};
+    t_yield(&body, 3, next);
+    t->bi = scan->results[0];
+    t->r0 = b_bin(b, OP_MUL, scan->results[1], b_index(b, t->BM));
+    Value *after = b_bin(b, OP_ADD, t->bi, one);
+    t->q_start = read_index(b, cu_q, 1, &t->bi);
+    t->k_start = read_index(b, cu_k, 1, &t->bi);
+    t->nk = b_bin(b, OP_MAX, b_bin(b, OP_SUB, read_index(b, cu_k, 1, &after), t->k_start), zero);
+    return b_bin(b, OP_MAX, read_index(b, cu_q, 1, &after), t->q_start);
+}
+
+/* The attn.unpad of v in func (packed sequences' outputs), or NULL. */
+static Op *unpad_of(Op *func, const Value *v) {
+    for_each_op(op, op_body(func))
+        if (op->kind == OP_UNPAD && op->operands[0] == v)
+            return op;
+    return NULL;
+}
+
 static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int64_t BN, Builder *outer,
                             const PtrVec *side, const KeySplit *split) {
     const char *splits = split ? split->dim : NULL;
@@ -245,7 +293,10 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
     int nin = 3 + side->len;
     Value **inputs = NEW_ARRAY(ctx->arena, Value *, nin);
     memcpy(inputs, att->operands, sizeof(Value *) * 3);
-    const Op *pk = paged(att, 1), *pv = paged(att, 2);
+    const Op *pk = paged(att, 1), *pv = paged(att, 2), *sq = padded(att, 0);
+    if (sq)   /* the packed tensors themselves (tile_attention added the offsets to the side tensors) */
+        for (int i = 0; i < 3; i++)
+            inputs[i] = padded(att, i)->operands[0];
     if (pk) {   /* the caches themselves, not their [B, Hkv, Nk, D] views (tile_attention added the table
                    and lengths to the side tensors) */
         inputs[1] = pk->operands[0];
@@ -262,9 +313,23 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         grid[0] = split->rows ? b_ceildiv(outer, b_bin(outer, OP_MUL, nq, b_index(outer, G)), t.BM) : b_index(outer, 1);
         grid[1] = b_bin(outer, OP_MUL, b_dim(outer, qt->dims[0]), b_dim(outer, kt->dims[1]));
     }
+    if (sq) {   /* every sequence's query tiles: at most ceil(Tq / BM) + B (sequence_tile) */
+        grid[0] = b_bin(outer, OP_ADD, b_ceildiv(outer, b_dim(outer, inputs[0]->type->dims[0]), t.BM),
+                        b_dim(outer, qt->dims[0]));
+        grid[1] = b_dim(outer, qt->dims[1]);
+    }
     Value **args;
     Op *l;
-    if (splits) {
+    if (sq) {   /* the results packed, as attn.unpad makes them */
+        Type **types = NEW_ARRAY(ctx->arena, Type *, att->nresults);
+        const char **names = NEW_ARRAY(ctx->arena, const char *, att->nresults);
+        for (int i = 0; i < att->nresults; i++) {
+            Op *u = unpad_of(func, att->results[i]);
+            types[i] = u->results[0]->type;
+            names[i] = u->results[0]->name;
+        }
+        l = make_launch(outer, att->loc, grid, nin, inputs, att->nresults, types, names, &args);
+    } else if (splits) {
         Type *types[2];
         split_types(ctx->arena, att, split, types);
         l = make_launch(outer, att->loc, grid, nin, inputs, 2, types, (const char *[]){"o_split", "lse_split"}, &args);
@@ -297,6 +362,9 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
             t.r0 = b_index(&b, 0);
             t.i_rows = b_splat(&b, t.r0, t.BM, 1);
         }
+    } else if (sq) {   /* a program of (tile of a sequence, head) */
+        t.h = args[1];
+        t.kh = b_bin(&b, OP_FLOORDIV, t.h, b_bin(&b, OP_FLOORDIV, H, HK));
     } else {
         t.bi = b_bin(&b, OP_FLOORDIV, args[1], H);
         t.h = b_bin(&b, OP_REM, args[1], H);
@@ -305,6 +373,12 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
     }
     t.nk = b_dim(&b, kt->dims[2]);
+    Value *q_end = NULL;   /* packed sequences: where this sequence's rows of q end */
+    if (sq) {
+        q_end = sequence_tile(&t, &b, args[0], map_get(&t.memrefs, sq->operands[1]),
+                              map_get(&t.memrefs, padded(att, 1)->operands[1]), b_dim(&b, qt->dims[0]));
+        t.i_rows = b_bin(&b, OP_ADD, b_iota(&b, 0, t.BM, 1), t.r0);
+    }
     if (pk) {   /* batch bi's keys: the first lens[bi] */
         t.table = map_get(&t.memrefs, pk->operands[1]);
         t.nk = b_bin(&b, OP_MIN, t.nk, read_index(&b, map_get(&t.memrefs, pk->operands[2]), 1, &t.bi));
@@ -337,6 +411,10 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
             Value *qg = t_load(&b, t.Q, (Value *[]){t.bi, hg, shift, zero}, rows_cols, b_tile_type(&b, t.dt, t.BM, t.D), 0);
             t.q = b_select(&b, b_cmp(&b, "eq", group_rows, b_index(&b, g)), qg, t.q);
         }
+    } else if (sq) {   /* rows q_start + r0 of [Tq, H, D] */
+        const int packed_rows_cols[2] = {0, 2};
+        t.q = t_load(&b, t.Q, (Value *[]){b_bin(&b, OP_ADD, t.q_start, t.r0), t.h, zero}, packed_rows_cols,
+                     b_tile_type(&b, t.dt, t.BM, t.D), 0);
     } else if (G) {   /* the group's heads' row 0 */
         t.q = t_load(&b, t.Q, (Value *[]){t.bi, b_bin(&b, OP_MUL, t.kh, b_index(&b, G)), zero, zero}, heads_cols,
                      b_tile_type(&b, t.dt, t.BM, t.D), 0);
@@ -401,6 +479,12 @@ static Op *attention_launch(PassContext *ctx, Op *func, Op *att, int64_t BM, int
         Value *oi[5] = {args[2], t.bi, G ? t.kh : t.h, t.r0, zero};
         t_store(&b, args[3 + nin], b_cast(&b, acc, SK_F32), oi, o_dims);
         t_store(&b, args[3 + nin + 1], row_lse(&b, m, lsum), oi, lse_dims);
+    } else if (sq) {   /* rows q_start + r0 of [Tq, H, Dv] and of lse [H, Tq], not past the sequence's end */
+        Value *row = b_bin(&b, OP_ADD, t.q_start, t.r0);
+        const int o_dims[2] = {0, 2}, lse_dims[2] = {1, -1};
+        t_store_bounded(&b, args[3 + nin], b_cast(&b, acc, t.dt), (Value *[]){row, t.h, zero}, o_dims, 0, q_end);
+        if (att->nresults == 2)
+            t_store_bounded(&b, args[3 + nin + 1], row_lse(&b, m, lsum), (Value *[]){t.h, row}, lse_dims, 1, q_end);
     } else {
         t_store(&b, args[3 + nin], b_cast(&b, acc, t.dt), qi, rows_cols);
         if (att->nresults == 2) {
@@ -572,8 +656,30 @@ static void split_launches(PassContext *ctx, Op *func, Op *att, Builder *outer, 
     block_append(outer->blk, *comb);
 }
 
+/* The mask's `j < (a batch's key count)` of a paged cache or packed
+ * sequences (the frontend's, marked key_count): every program here ends
+ * its keys at that count (t.nk) and masks the tile it falls in, so the
+ * conjunct is true wherever the tiles read it; made so, its gathers are
+ * not held across the key loops. */
+static void drop_key_count(Arena *a, Op *att) {
+    if (!att->regions[1].nblocks)
+        return;
+    Block *hook = att->regions[1].blocks[0];
+    for (Op *op = hook->first; op; op = op->next) {
+        Attr *count = op_attr(op, "key_count");
+        if (op->kind != OP_CMP || !count || !count->i)
+            continue;
+        Op *yes = op_create(a, OP_CONSTANT, 0, NULL, 1, &op->results[0]->type, 0);
+        op_set_attr(a, yes, "value", attr_bool(a, true));
+        yes->loc = op->loc;
+        op_insert_before(op, yes);
+        replace_all_uses(att, op->results[0], yes->results[0]);
+    }
+}
+
 bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
+    drop_key_count(ctx->arena, att);
     int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
     if (qt->dims[3].sym || vt->dims[3].sym)
         return true;   /* symbolic head dims: the frontend never makes these */
@@ -613,6 +719,14 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
         if (sh && sh->keys > page_size)
             sh = NULL;
     }
+    bool packed_seqs = padded(att, 0) != NULL;
+    if (packed_seqs) {   /* the offsets are read by the kernels; Tq is all the sequences' rows, not one's: no
+                            short-rows variant */
+        for (int i = 0; i < 3; i += 1 + (i == 0))
+            if (index_of_value(&side, padded(att, i)->operands[1]) < 0)
+                vec_push(ctx->arena, &side, padded(att, i)->operands[1]);
+        sh = NULL;
+    }
     Builder outer = {ctx->arena, NULL, NULL, att->loc};
     Block tmp = {0};
     outer.blk = &tmp;
@@ -625,7 +739,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
                     attr_str(ctx->arena, "query heads are not a multiple of kv heads"));
         block_append(&tmp, check);
     }
-    int64_t splits = split_policy(func, ctx->arch, qt, kt);
+    int64_t splits = packed_seqs ? 0 : split_policy(func, ctx->arch, qt, kt);   /* (prefill: no split) */
     const int64_t *st = target_lookup(ctx->arch)->attn_split_tile;
     int64_t SM = schedule_tile(func, ctx->arch, 0, st[0]), SN = schedule_tile(func, ctx->arch, 1, st[1]);
     SN = SN < page_size ? SN : page_size;

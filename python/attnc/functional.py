@@ -37,6 +37,18 @@ cache_seqlens[b] − Nq). It has no backward, and no key_mask (the lengths
 say which keys are there):
 
     o = attnc.attention(q, k_cache, v_cache, block_table=table, cache_seqlens=lens, causal=True)
+
+Packed sequences of different lengths, as flash_attn_varlen_func takes
+them: q [total_q, H, D], k and v [total_k, Hkv, D] hold the batch's
+sequences end to end, cu_seqlens_q and cu_seqlens_k int32 [B + 1] their
+offsets (sequence b is rows cu_seqlens_q[b] to cu_seqlens_q[b + 1] of q);
+o is [total_q, H, Dv] and lse f32 [H, total_q]. The options align to each
+sequence's own lengths; passing one tensor as both offsets (self-attention)
+makes the causal mask plain j <= i. No key_mask (the offsets say which keys
+there are), no backward yet, and no max_seqlen: the kernels find each
+sequence's tiles from the offsets:
+
+    o = attnc.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True)
 """
 import math
 
@@ -71,7 +83,8 @@ def check_options(causal=False, window=None, softcap=None, scale=None, layout="b
 
 
 def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, softcap=None, scale=None,
-                 alibi=None, key_mask=False, score_mod=None, mask_mod=None, captured=(), page_size=None):
+                 alibi=None, key_mask=False, score_mod=None, mask_mod=None, captured=(), page_size=None,
+                 sequences=None):
     """The attention block (its name, its .attn text) of these head counts,
     head dims, dtype ("f16" or "bf16") and options (check_options's);
     alibi: None, "h" (slopes [H]) or "bh" (slopes [B, H]); key_mask: a side
@@ -82,20 +95,42 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
     NK), so one block serves every shape of a model. page_size: k and v are
     a paged cache [PAGES, page_size, Hkv, D] read through the side inputs
     block_table: i32[B, MAX_PAGES] and cache_seqlens: i32[B] (first), whose
-    lengths take NK's place in the options' alignment."""
-    side = ", block_table: i32[B, MAX_PAGES], cache_seqlens: i32[B]" if page_size else ""
+    lengths take NK's place in the options' alignment. sequences: "one"
+    or "two": q [TQ, H, D], k and v [TK, Hkv, D] packed sequences with
+    the offsets cu_seqlens: i32[S] (one, self-attention) or cu_seqlens_q
+    and cu_seqlens_k (two) first among the side inputs, each sequence's
+    lengths in the alignment; o [TQ, H, Dv], lse [H, TQ]."""
+    side, nq = "", "NQ"
+    if page_size:
+        side = ", block_table: i32[B, MAX_PAGES], cache_seqlens: i32[B]"
+    elif sequences:
+        cu = ("cu_seqlens", "cu_seqlens") if sequences == "one" else ("cu_seqlens_q", "cu_seqlens_k")
+        side = "".join(f", {c}: i32[S]" for c in dict.fromkeys(cu))
     side += {"h": ", slopes: f32[%d]" % heads, "bh": ", slopes: f32[B, %d]" % heads}.get(alibi, "")
     if key_mask:
         side += ", keep: i32[B, NK]"
     side += "".join(f", {name}: {ty}" for name, ty in captured)
-    kv = lambda d: f"[PAGES, {page_size}, {kv_heads}, {d}]" if page_size else f"[B, {kv_heads}, NK, {d}]"  # noqa: E731
+    if page_size:
+        kv = lambda d: f"[PAGES, {page_size}, {kv_heads}, {d}]"  # noqa: E731
+    elif sequences:
+        kv = lambda d: f"[TK, {kv_heads}, {d}]"  # noqa: E731
+    else:
+        kv = lambda d: f"[B, {kv_heads}, NK, {d}]"  # noqa: E731
     nk = "cache_seqlens[b]" if page_size else "NK"
-    lines = [f"attention attn(q: {dtype}[B, {heads}, NQ, {head_dim}], k: {dtype}{kv(head_dim)}, "
-             f"v: {dtype}{kv(v_head_dim)}{side})",
-             f"    -> (o: {dtype}[B, {heads}, NQ, {v_head_dim}], lse: f32[B, {heads}, NQ]) {{",
+    if sequences:   # each sequence's lengths; one set of offsets: as many keys as queries
+        nq, nk = (f"({c}[b + 1] - {c}[b])" for c in cu)
+    diag = "i" if sequences == "one" else f"i + {nk} - {nq}"   # the key aligned with query i
+    if sequences:
+        qo = (f"[TQ, {heads}, {head_dim}]", f"[TQ, {heads}, {v_head_dim}]", f"[{heads}, TQ]")
+    else:
+        qo = (f"[B, {heads}, NQ, {head_dim}]", f"[B, {heads}, NQ, {v_head_dim}]", f"[B, {heads}, NQ]")
+    lines = [f"attention attn(q: {dtype}{qo[0]}, k: {dtype}{kv(head_dim)}, v: {dtype}{kv(v_head_dim)}{side})",
+             f"    -> (o: {dtype}{qo[1]}, lse: f32{qo[2]}) {{",
              "  acc f32;"]
     if page_size:
         lines.append("  pages(block_table, cache_seqlens);")
+    elif sequences:
+        lines.append(f"  sequences({cu[0]}, {cu[1]});")
     if scale is not None:
         lines.append(f"  scale {float(scale)!r};")
     score = "s"
@@ -103,7 +138,7 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
         c = repr(float(softcap))
         score = f"{c} * tanh(s / {c})"
     if alibi:
-        score += " - slopes[%s] * abs(i + %s - NQ - j)" % ("h" if alibi == "h" else "b, h", nk)
+        score += " - slopes[%s] * abs(%s - j)" % ("h" if alibi == "h" else "b, h", diag)
     if score_mod is not None:
         score = score_mod
     if score != "s":
@@ -111,8 +146,7 @@ def block_source(heads, kv_heads, head_dim, v_head_dim, dtype, window=None, soft
     keep = []
     if window is not None:
         left, right = window
-        keep = ([f"j >= i + {nk} - NQ - {left}"] if left >= 0 else []) + \
-               ([f"j <= i + {nk} - NQ + {right}"] if right >= 0 else [])
+        keep = ([f"j >= {diag} - {left}"] if left >= 0 else []) + ([f"j <= {diag} + {right}"] if right >= 0 else [])
     if key_mask:
         keep.append("keep[b, j] != 0")
     if mask_mod is not None:
@@ -197,6 +231,39 @@ def _check_paged(q, k, v, block_table, cache_seqlens):
                          f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
 
 
+def _check_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, layout):
+    """q [total_q, H, D], k and v [total_k, Hkv, D] of one dtype on one
+    device, and their offsets int32 [B + 1] of one size there (their values
+    are the caller's, as FlashAttention's are): "one" where both offsets
+    are one tensor, else "two"."""
+    import torch
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise _error("packed sequences need both cu_seqlens_q and cu_seqlens_k (one tensor for both in "
+                     "self-attention)")
+    if layout != "bhnd":
+        raise _error("packed sequences are [total, heads, head_dim]: layout does not apply to them")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise _error(f"{name} must be a 3-dimensional tensor [total, heads, head_dim] with cu_seqlens, not "
+                         f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
+            raise _error(f"{name} is {t.dtype}; q, k and v must all be torch.float16 or all torch.bfloat16")
+        if not t.is_cuda or t.device != q.device:
+            raise _error(f"{name} is on {t.device}; q, k and v must be on one CUDA device")
+    if k.shape[:2] != v.shape[:2]:
+        raise _error(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree but in the head dim")
+    if q.shape[2] != k.shape[2]:
+        raise _error(f"q's head dim {q.shape[2]} differs from k's {k.shape[2]}")
+    if q.shape[1] % k.shape[1]:
+        raise _error(f"q's {q.shape[1]} heads are not a multiple of k's and v's {k.shape[1]} (grouped-query attention)")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if (not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1 or t.shape[0] < 2 or
+                t.shape[0] != cu_seqlens_q.shape[0] or t.device != q.device):
+            raise _error(f"{name} must be a torch.int32 tensor of shape (batch + 1,) on {q.device}, both of one "
+                         f"size, not {getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+    return "one" if cu_seqlens_q is cu_seqlens_k else "two"
+
+
 def _check_tensors(q, k, v, layout, alibi_slopes, paged=False):
     import torch
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -216,29 +283,39 @@ def _check_tensors(q, k, v, layout, alibi_slopes, paged=False):
         raise _error(f"q's head dim {q.shape[3]} differs from k's {k.shape[3]}")
     if H % Hk:
         raise _error(f"q's {H} heads are not a multiple of k's and v's {Hk} (grouped-query attention)")
+    return _check_slopes(alibi_slopes, H, q.shape[0], q.device)
+
+
+def _check_slopes(alibi_slopes, H, B, device):
+    """alibi_slopes f32 [H] or [B, H]: "h", "bh", or None without."""
+    import torch
     if alibi_slopes is None:
         return None
     if (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32 or
-            tuple(alibi_slopes.shape) not in ((H,), (q.shape[0], H)) or alibi_slopes.device != q.device):
-        raise _error(f"alibi_slopes must be a torch.float32 tensor of shape ({H},) or ({q.shape[0]}, {H}) on "
-                     f"{q.device}, not {getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)} "
+            tuple(alibi_slopes.shape) not in ((H,), (B, H)) or alibi_slopes.device != device):
+        raise _error(f"alibi_slopes must be a torch.float32 tensor of shape ({H},) or ({B}, {H}) on "
+                     f"{device}, not {getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)} "
                      f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
     return "h" if alibi_slopes.dim() == 1 else "bh"
 
 
 def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, alibi_slopes=None,
-              key_mask=None, score_mod=None, mask_mod=None, block_table=None, cache_seqlens=None, layout="bhnd",
-              return_lse=False):
+              key_mask=None, score_mod=None, mask_mod=None, block_table=None, cache_seqlens=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", return_lse=False):
     """Attention of q over k and v: o (and lse, f32 [B, H, Nq], with
     return_lse). layout "bhnd": q [B, H, Nq, D], k and v [B, Hkv, Nk, D] /
     [.., Dv], as F.scaled_dot_product_attention; "bnhd": [B, N, H, D], as
     flash_attn_func, o then [B, Nq, H, Dv]. Strided views are read in
     place. With block_table and cache_seqlens, k and v are a paged cache
     [pages, page_size, Hkv, D] whatever the layout (flash_attn_with_kvcache's).
-    See the module's text for the options."""
-    import torch
+    With cu_seqlens_q and cu_seqlens_k, q, k and v are packed sequences
+    (flash_attn_varlen_func's). See the module's text for the options."""
     from . import compile_text
     window, softcap, scale = check_options(causal, window, softcap, scale, layout)
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        return _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, score_mod, mask_mod,
+                                 block_table, cu_seqlens_q, cu_seqlens_k, layout, return_lse)
+    import torch
     paged = block_table is not None or cache_seqlens is not None
     if layout == "bnhd":
         q = q.transpose(1, 2) if isinstance(q, torch.Tensor) and q.dim() == 4 else q
@@ -258,12 +335,7 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if grad and paged:
         raise _error("a paged KV cache has no backward (decoding reads the cache); call under torch.no_grad()")
-    arch = target_of(q.device)
-    entry = _modules.get((text, arch, grad))
-    if entry is None:
-        mod = compile_text(text, arch=arch, backward=grad)
-        entry = _modules[(text, arch, grad)] = (mod, mod.autograd(name) if grad else None)
-    mod, fn = entry
+    mod, fn = _module(compile_text, text, name, q.device, grad)
     side = [t for t in (block_table, cache_seqlens, alibi_slopes, keep) if t is not None] + [t for _, t, _ in captured]
     if fn is not None:
         o, lse = fn.op(q, k, v, side)
@@ -273,4 +345,42 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
         mod.run(name, q, k, v, *side, out=[o, lse])
     if layout == "bnhd":
         o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+def _module(compile_text, text, name, device, grad):
+    """The block's module (compiled once a process, and through the disk
+    cache) and, with grad, its differentiable function."""
+    arch = target_of(device)
+    entry = _modules.get((text, arch, grad))
+    if entry is None:
+        mod = compile_text(text, arch=arch, backward=grad)
+        entry = _modules[(text, arch, grad)] = (mod, mod.autograd(name) if grad else None)
+    return entry
+
+
+def _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, score_mod, mask_mod, block_table,
+                      cu_seqlens_q, cu_seqlens_k, layout, return_lse):
+    """attention() of packed sequences (flash_attn_varlen_func's q, k, v
+    and offsets): o [total_q, H, Dv], lse [H, total_q]."""
+    import torch
+    from . import compile_text
+    if block_table is not None:
+        raise _error("a paged KV cache (block_table) cannot be combined with packed sequences (cu_seqlens)")
+    if key_mask is not None:
+        raise _error("key_mask cannot be combined with packed sequences: cu_seqlens says which keys there are")
+    sequences = _check_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, layout)
+    alibi = _check_slopes(alibi_slopes, q.shape[1], cu_seqlens_q.shape[0] - 1, q.device)
+    score, mask, captured = _trace_mods(score_mod, mask_mod, softcap, alibi, q)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise _error("packed sequences (cu_seqlens) have no backward yet; call under torch.no_grad()")
+    dtype = "f16" if q.dtype == torch.float16 else "bf16"
+    name, text = block_source(q.shape[1], k.shape[1], q.shape[2], v.shape[2], dtype, window, softcap, scale, alibi,
+                              False, score, mask, [(n, ty) for n, _, ty in captured], sequences=sequences)
+    mod, _ = _module(compile_text, text, name, q.device, False)
+    offsets = [cu_seqlens_q] if sequences == "one" else [cu_seqlens_q, cu_seqlens_k]
+    side = offsets + [t for t in (alibi_slopes,) if t is not None] + [t for _, t, _ in captured]
+    o = torch.empty_like(q) if q.shape[2] == v.shape[2] else q.new_empty(q.shape[:2] + v.shape[2:])
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    mod.run(name, q, k, v, *side, out=[o, lse])
     return (o, lse) if return_lse else o

@@ -166,10 +166,58 @@ def paged_case(attnc, scratch, n, H, Hk, D, page, NQ, maxp, opts):
           f"lengths {lens}, o {err_o:.1e}, lse {err_l:.1e}")
 
 
+# packed sequences (flash_attn_varlen_func's cu_seqlens): H, Hk, D, Dv, one or
+# two sets of offsets, total query and key rows, sequences, options
+PACKED_CASES = [
+    (4, 2, 16, 16, "one", 23, 23, 4, {"causal": True}),
+    (2, 1, 16, 32, "two", 15, 26, 3, {"causal": True}),              # Nq != Nk a sequence: bottom-right
+    (4, 4, 16, 16, "two", 17, 21, 4, {"window": (3, 0), "softcap": 3.0}),
+    (2, 2, 32, 32, "one", 19, 19, 3, {"alibi": "bh"}),
+]
+
+
+def packed_case(attnc, scratch, n, H, Hk, D, DV, sequences, TQ, TK, S, opts):
+    """A packed block on the interpreter (random offsets from 0 to all the
+    rows, empty sequences among them) against reference() of each
+    sequence's rows, aligned to its own lengths."""
+    alibi = opts.pop("alibi", None)
+    window, softcap, scale = check_options(**opts)
+    name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi, sequences=sequences)
+    src, dump = os.path.join(scratch, f"packed{n}.attn"), os.path.join(scratch, f"packed{n}")
+    os.makedirs(dump, exist_ok=True)
+    with open(src, "w") as f:
+        f.write(text)
+    subprocess.run([attnc, "run", src, "-D", f"TQ={TQ}", "-D", f"TK={TK}", "-D", f"S={S}", "-D", f"B={S - 1}",
+                    "--seed", str(n + 1), "--dump", dump], check=True, capture_output=True)
+    cu = ("cu_seqlens", "cu_seqlens") if sequences == "one" else ("cu_seqlens_q", "cu_seqlens_k")
+    got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
+           for t in ("in.q", "in.k", "in.v", "out.o", "out.lse") + tuple(f"in.{c}" for c in cu)}
+    slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
+    cq, ck = ([int(x) for x in got[f"in.{c}"]] for c in cu)
+    err_o = err_l = 0.0
+    for b in range(S - 1):
+        def rows(x, start, n, w, heads):   # [heads, n, w] of the packed [T, heads, w]
+            return [x[((start + r) * heads + h) * w + c] for h in range(heads) for r in range(n) for c in range(w)]
+        NQ, NK = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
+        sb = slopes[b * H:(b + 1) * H] if alibi == "bh" else slopes
+        o, lse = reference(rows(got["in.q"], cq[b], NQ, D, H), rows(got["in.k"], ck[b], NK, D, Hk),
+                           rows(got["in.v"], ck[b], NK, DV, Hk), sb, None, 1, H, Hk, NQ, NK, D, DV, window, softcap,
+                           scale, alibi)
+        go = rows(got["out.o"], cq[b], NQ, DV, H)
+        gl = [got["out.lse"][h * TQ + cq[b] + i] for h in range(H) for i in range(NQ)]
+        err_o = max([err_o] + [abs(a - r) / (1e-2 + abs(r)) for a, r in zip(go, o)])
+        err_l = max([err_l] + [0.0 if a == r else abs(a - r) for a, r in zip(gl, lse)])
+    ok = err_o < 2e-2 and err_l < 1e-3 and cq[0] == 0 and cq[-1] == TQ
+    print(f"{'ok  ' if ok else 'FAIL'} packed {n} {sequences} {opts}{' alibi ' + alibi if alibi else ''}: "
+          f"offsets {cq} {ck}, o {err_o:.1e}, lse {err_l:.1e}")
+
+
 def main():
     attnc, scratch = sys.argv[1], sys.argv[2]
     for n, (H, Hk, D, page, NQ, maxp, opts) in enumerate(PAGED_CASES):
         paged_case(attnc, scratch, n, H, Hk, D, page, NQ, maxp, dict(opts))
+    for n, (H, Hk, D, DV, sequences, TQ, TK, S, opts) in enumerate(PACKED_CASES):
+        packed_case(attnc, scratch, n, H, Hk, D, DV, sequences, TQ, TK, S, dict(opts))
     B = 2
     for n, (H, Hk, D, DV, NQ, NK, opts) in enumerate(CASES):
         alibi, key_mask = opts.pop("alibi", None), opts.pop("key_mask", False)

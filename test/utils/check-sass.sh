@@ -34,9 +34,13 @@ for f in "$dir"/*.attn; do
   # bench/results/2026-12-06-h100-strides/.
   # (Assembled for sm_80 itself, an A100's SASS, it keeps them in registers.)
   [ "$sass_arch" = sm_90 ] && [ "$(basename "$f" .attn)" = sliding_window ] && known=4
+  # varlen_prefill on sm_80 (255 registers, a packed sequence's offsets
+  # beside the band's): the same 4 reloads at the top of its band's loop;
+  # assembled for sm_80 itself none.
+  [ "$sass_arch" = sm_90 ] && [ "$(basename "$f" .attn)" = varlen_prefill ] && known=4
   case $n in   # the attention examples' kernels use every feature of the target (cross_attention's
               # combine of a split over keys, a row kernel, runs no products)
-    mha|gqa_causal|softcap_alibi|sliding_window|document_mask|cross_attention)
+    mha|gqa_causal|softcap_alibi|sliding_window|document_mask|cross_attention|varlen_prefill)
       "$@" $need --need-if-mma --spills-known $known < "$tmp/$n.sass" || failed=1 ;;
     *) "$@" < "$tmp/$n.sass" || failed=1 ;;
   esac
