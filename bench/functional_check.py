@@ -341,7 +341,7 @@ def refusals(rep, dtype):
     qp, kp = torch.randn(70, 4, 64, device="cuda", dtype=dtype), torch.randn(90, 2, 64, device="cuda", dtype=dtype)
     cq = torch.tensor([0, 30, 70], device="cuda", dtype=torch.int32)
     ck = torch.tensor([0, 50, 90], device="cuda", dtype=torch.int32)
-    expect("varlen: one offsets", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq), "needs both")
+    expect("varlen: one offsets", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq), "need both")
     expect("varlen: i64 offsets", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq.long(), cu_seqlens_k=ck),
            "cu_seqlens_q must be a torch.int32")
     expect("varlen: offsets of two sizes", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck[:2]),

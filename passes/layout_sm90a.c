@@ -214,6 +214,15 @@ static bool keys_follow_queries(Arena *a, const Block *blk, const Value *pid_x) 
     return false;
 }
 
+/* Whether blk stores a tile bounded by a sequence's end (tile.store's
+ * 'bound': packed sequences). */
+static bool bounded_stores(const Block *blk) {
+    for (const Op *op = blk->first; op; op = op->next)
+        if (op->kind == OP_STORE && op_attr(op, "bound"))
+            return true;
+    return false;
+}
+
 /* Whether every copy in blk can be a TMA copy (and there is one): a launch
  * takes TMA for all its copies or none, so cp.async's group counts
  * (nv.pending) never mix with mbarriers. */
@@ -318,7 +327,12 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
      * scratch, is not specialised by default: one warpgroup of 64 key
      * rows, it gains nothing from a producer and loses registers to it,
      * spilling at head dim 128) */
-    bool specialise = ws ? ws->i != 0 : (wide || band) && !consumers_write_shared(body);
+    /* (packed sequences, whose stores a sequence's end bounds, neither:
+     * their warp-specialised persistent kernel hung on the H200 where a
+     * sequence spans several tiles, 2026-12-06,
+     * bench/results/2026-12-06-h200-varlen/NOTES.md; the plain TMA kernel
+     * is the paged split kernels' kind) */
+    bool specialise = ws ? ws->i != 0 : (wide || band) && !consumers_write_shared(body) && !bounded_stores(body);
     if (specialise) {
         op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
         tma_scratch_loads(a, launch);
