@@ -565,18 +565,23 @@ static bool lower_hook(Sema *s, const Stmt *st, Op *op, HookKind kind) {
 /* A paged cache as the [B, Hkv, Nk, D] tensor the block reads:
  * attn.pages(cache, table, lens), after the keys' dimension is defined
  * (max_pages · page_size, a tile.define_dim where max_pages is symbolic). */
+/* Once, before its first use: the dim `name` defined as `from` (op) k
+ * (a tile.define_dim at the attn level: the runtime's let line). */
+static void define_dim_once(Sema *s, Loc loc, const char *name, const char *from, OpKind op, int64_t k) {
+    if (map_get(&s->dims, name))
+        return;
+    Op *d = sema_emit_op(s, loc, OP_DIM, 0, NULL, type_scalar(s->a, SK_INDEX));
+    op_set_attr(s->a, d, "name", attr_str(s->a, from));
+    Value *n = sema_emit(s, loc, op, type_scalar(s->a, SK_INDEX), d->results[0],
+                         sema_emit_constant(s, loc, (Val){VAL_INT, k, 0, NULL}, SK_INDEX));
+    Op *def = sema_emit_op(s, loc, OP_DEFINE_DIM, 1, &n, NULL);
+    op_set_attr(s->a, def, "name", attr_str(s->a, name));
+    map_put(s->a, &s->dims, name, (void *)1);
+}
+
 static Value *paged_view(Sema *s, const AttnShape *sh, const Paging *pg, Symbol *cache, Dim head_dim) {
-    Loc loc = pg->st->loc;
-    if (sh->nk.sym && !map_get(&s->dims, sh->nk.sym)) {
-        Dim maxp = pg->table->value->type->dims[1];
-        Op *d = sema_emit_op(s, loc, OP_DIM, 0, NULL, type_scalar(s->a, SK_INDEX));
-        op_set_attr(s->a, d, "name", attr_str(s->a, maxp.sym));
-        Value *n = sema_emit(s, loc, OP_MUL, type_scalar(s->a, SK_INDEX), d->results[0],
-                             sema_emit_constant(s, loc, (Val){VAL_INT, pg->page_size, 0, NULL}, SK_INDEX));
-        Op *def = sema_emit_op(s, loc, OP_DEFINE_DIM, 1, &n, NULL);
-        op_set_attr(s->a, def, "name", attr_str(s->a, sh->nk.sym));
-        map_put(s->a, &s->dims, sh->nk.sym, (void *)1);
-    }
+    if (sh->nk.sym)
+        define_dim_once(s, pg->st->loc, sh->nk.sym, pg->table->value->type->dims[1].sym, OP_MUL, pg->page_size);
     Dim dims[4] = {sh->batch, sh->hkv, sh->nk, head_dim};
     Value *ops[3] = {cache->value, pg->table->value, pg->lens->value};
     Op *view = sema_emit_op(s, cache->loc, OP_PAGES, 3, ops, type_shaped(s->a, TY_TENSOR, sh->dtype, 4, dims));
@@ -589,16 +594,8 @@ static Value *paged_view(Sema *s, const AttnShape *sh, const Paging *pg, Symbol 
  * less one, a tile.define_dim where it is symbolic). */
 static Value *padded_view(Sema *s, const AttnShape *sh, const Sequences *sq, Symbol *x, Symbol *cu, Dim heads,
                           Dim rows) {
-    Loc loc = sq->st->loc;
-    if (sh->batch.sym && !map_get(&s->dims, sh->batch.sym)) {
-        Op *d = sema_emit_op(s, loc, OP_DIM, 0, NULL, type_scalar(s->a, SK_INDEX));
-        op_set_attr(s->a, d, "name", attr_str(s->a, cu->value->type->dims[0].sym));
-        Value *n = sema_emit(s, loc, OP_SUB, type_scalar(s->a, SK_INDEX), d->results[0],
-                             sema_emit_constant(s, loc, (Val){VAL_INT, 1, 0, NULL}, SK_INDEX));
-        Op *def = sema_emit_op(s, loc, OP_DEFINE_DIM, 1, &n, NULL);
-        op_set_attr(s->a, def, "name", attr_str(s->a, sh->batch.sym));
-        map_put(s->a, &s->dims, sh->batch.sym, (void *)1);
-    }
+    if (sh->batch.sym)
+        define_dim_once(s, sq->st->loc, sh->batch.sym, cu->value->type->dims[0].sym, OP_SUB, 1);
     const Type *t = x->value->type;
     Dim dims[4] = {sh->batch, heads, rows, t->dims[2]};
     Value *ops[2] = {x->value, cu->value};
