@@ -347,6 +347,14 @@ static int64_t sequence_rows(const Tensor *cu, int64_t b, int64_t rows, int64_t 
     return start;
 }
 
+/* Whether cu holds the B + 1 offsets of `batch` sequences (else the op
+ * fails, saying so). */
+static bool offsets_of_batch(Interp *in, const Op *op, const Tensor *cu, int64_t batch) {
+    if (cu->dims[0] == batch + 1)
+        return true;
+    return eval_fail(in, op, "%lld sequence offsets for %lld sequences", (long long)cu->dims[0], (long long)batch);
+}
+
 /* attn.pad: packed [T, H, D] as [B, H, T, D], zero past each sequence's
  * length (rows past the packed tensor's end count as past it). */
 bool eval_pad(Interp *in, const Op *op) {
@@ -354,9 +362,8 @@ bool eval_pad(Interp *in, const Op *op) {
     Tensor *r = eval_new_result(in, op);
     if (!r)
         return false;
-    if (cu->dims[0] != r->dims[0] + 1)
-        return eval_fail(in, op, "%lld sequence offsets for %lld sequences", (long long)cu->dims[0],
-                         (long long)r->dims[0]);
+    if (!offsets_of_batch(in, op, cu, r->dims[0]))
+        return false;
     int64_t T = x->dims[0], H = x->dims[1], D = x->dims[2];
     memset(r->data, 0, sizeof(double) * (size_t)r->size);
     for (int64_t b = 0; b < r->dims[0]; b++) {
@@ -377,9 +384,8 @@ bool eval_unpad(Interp *in, const Op *op) {
     Tensor *r = eval_new_result(in, op);
     if (!r)
         return false;
-    if (cu->dims[0] != y->dims[0] + 1)
-        return eval_fail(in, op, "%lld sequence offsets for %lld sequences", (long long)cu->dims[0],
-                         (long long)y->dims[0]);
+    if (!offsets_of_batch(in, op, cu, y->dims[0]))
+        return false;
     bool lse = y->rank == 3;
     int64_t H = y->dims[1], T = y->dims[2], D = lse ? 1 : y->dims[3];
     for (int64_t e = 0; e < r->size; e++)

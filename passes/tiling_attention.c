@@ -722,7 +722,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     bool packed_seqs = padded(att, 0) != NULL;
     if (packed_seqs) {   /* the offsets are read by the kernels; Tq is all the sequences' rows, not one's: no
                             short-rows variant */
-        for (int i = 0; i < 3; i += 1 + (i == 0))
+        for (int i = 0; i < 2; i++)   /* q's offsets, and k's (v's are k's) */
             if (index_of_value(&side, padded(att, i)->operands[1]) < 0)
                 vec_push(ctx->arena, &side, padded(att, i)->operands[1]);
         sh = NULL;

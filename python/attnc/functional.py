@@ -242,14 +242,7 @@ def _check_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, layout):
                      "self-attention)")
     if layout != "bhnd":
         raise _error("packed sequences are [total, heads, head_dim]: layout does not apply to them")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise _error(f"{name} must be a 3-dimensional tensor [total, heads, head_dim] with cu_seqlens, not "
-                         f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-        if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
-            raise _error(f"{name} is {t.dtype}; q, k and v must all be torch.float16 or all torch.bfloat16")
-        if not t.is_cuda or t.device != q.device:
-            raise _error(f"{name} is on {t.device}; q, k and v must be on one CUDA device")
+    _check_qkv(q, k, v, 3, "[total, heads, head_dim] with cu_seqlens")
     if k.shape[:2] != v.shape[:2]:
         raise _error(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree but in the head dim")
     if q.shape[2] != k.shape[2]:
@@ -264,16 +257,22 @@ def _check_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, layout):
     return "one" if cu_seqlens_q is cu_seqlens_k else "two"
 
 
-def _check_tensors(q, k, v, layout, alibi_slopes, paged=False):
+def _check_qkv(q, k, v, rank, shape):
+    """q, k and v tensors of `rank` dimensions (`shape` says how they are
+    laid out), all f16 or all bf16, on one CUDA device."""
     import torch
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise _error(f"{name} must be a 4-dimensional tensor ({layout}), not "
+        if not isinstance(t, torch.Tensor) or t.dim() != rank:
+            raise _error(f"{name} must be a {rank}-dimensional tensor {shape}, not "
                          f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
         if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
             raise _error(f"{name} is {t.dtype}; q, k and v must all be torch.float16 or all torch.bfloat16")
         if not t.is_cuda or t.device != q.device:
             raise _error(f"{name} is on {t.device}; q, k and v must be on one CUDA device")
+
+
+def _check_tensors(q, k, v, layout, alibi_slopes, paged=False):
+    _check_qkv(q, k, v, 4, f"({layout})")
     if not paged and k.shape[:3] != v.shape[:3]:
         raise _error(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree but in the head dim")
     if not paged and q.shape[0] != k.shape[0]:
@@ -310,7 +309,6 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
     [pages, page_size, Hkv, D] whatever the layout (flash_attn_with_kvcache's).
     With cu_seqlens_q and cu_seqlens_k, q, k and v are packed sequences
     (flash_attn_varlen_func's). See the module's text for the options."""
-    from . import compile_text
     window, softcap, scale = check_options(causal, window, softcap, scale, layout)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         return _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, score_mod, mask_mod,
@@ -335,7 +333,7 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if grad and paged:
         raise _error("a paged KV cache has no backward (decoding reads the cache); call under torch.no_grad()")
-    mod, fn = _module(compile_text, text, name, q.device, grad)
+    mod, fn = _module(text, name, q.device, grad)
     side = [t for t in (block_table, cache_seqlens, alibi_slopes, keep) if t is not None] + [t for _, t, _ in captured]
     if fn is not None:
         o, lse = fn.op(q, k, v, side)
@@ -348,10 +346,11 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
     return (o, lse) if return_lse else o
 
 
-def _module(compile_text, text, name, device, grad, arch=None):
+def _module(text, name, device, grad, arch=None):
     """The block's module (compiled once a process, and through the disk
     cache) for `arch` (default: the device's) and, with grad, its
     differentiable function."""
+    from . import compile_text
     arch = arch or target_of(device)
     entry = _modules.get((text, arch, grad))
     if entry is None:
@@ -365,7 +364,6 @@ def _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, s
     """attention() of packed sequences (flash_attn_varlen_func's q, k, v
     and offsets): o [total_q, H, Dv], lse [H, total_q]."""
     import torch
-    from . import compile_text
     if block_table is not None:
         raise _error("a paged KV cache (block_table) cannot be combined with packed sequences (cu_seqlens)")
     if key_mask is not None:
@@ -383,7 +381,7 @@ def _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, s
     # sequence spans several tiles, and its plain TMA kernel is not yet
     # checked on the GPU (bench/results/2026-12-06-h200-varlen/NOTES.md)
     arch = target_of(q.device)
-    mod, _ = _module(compile_text, text, name, q.device, False, "sm_80" if arch == "sm_90a" else arch)
+    mod, _ = _module(text, name, q.device, False, "sm_80" if arch == "sm_90a" else arch)
     offsets = [cu_seqlens_q] if sequences == "one" else [cu_seqlens_q, cu_seqlens_k]
     side = offsets + [t for t in (alibi_slopes,) if t is not None] + [t for _, t, _ in captured]
     o = torch.empty_like(q) if q.shape[2] == v.shape[2] else q.new_empty(q.shape[:2] + v.shape[2:])

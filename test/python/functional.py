@@ -53,6 +53,20 @@ def read_npy(path):
     return header["shape"], list(struct.unpack(f"<{n}{code}", data[10 + hlen:10 + hlen + n * struct.calcsize(code)]))
 
 
+def interpret(attnc, scratch, stem, name, text, dims, seed, tensors):
+    """Block `name` of `text` (written to scratch/STEM.attn) run on the
+    interpreter at dims {NAME: value} with --seed, its tensors dumped: the
+    source's path and {"in.x" / "out.x": flat values} of the names asked."""
+    src, dump = os.path.join(scratch, f"{stem}.attn"), os.path.join(scratch, stem)
+    os.makedirs(dump, exist_ok=True)
+    with open(src, "w") as f:
+        f.write(text)
+    defines = [x for d, v in dims.items() for x in ("-D", f"{d}={v}")]
+    seeded = ["--seed", str(seed)] if seed is not None else []
+    subprocess.run([attnc, "run", src, *defines, *seeded, "--dump", dump], check=True, capture_output=True)
+    return src, {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1] for t in tensors}
+
+
 def reference(q, k, v, slopes, keep, B, H, Hk, NQ, NK, D, DV, window, softcap, scale, alibi, score_mod=None,
               mask_mod=None):
     """o [B, H, NQ, DV] and lse [B, H, NQ] in float64 (flat lists); keep
@@ -137,15 +151,10 @@ def paged_case(attnc, scratch, n, H, Hk, D, page, NQ, maxp, opts):
     alibi = opts.pop("alibi", None)
     window, softcap, scale = check_options(**opts)
     name, text = block_source(H, Hk, D, D, "f16", window, softcap, scale, alibi, page_size=page)
-    src, dump = os.path.join(scratch, f"paged{n}.attn"), os.path.join(scratch, f"paged{n}")
-    os.makedirs(dump, exist_ok=True)
-    with open(src, "w") as f:
-        f.write(text)
-    subprocess.run([attnc, "run", src, "-D", f"B={B}", "-D", f"NQ={NQ}", "-D", f"PAGES={pages}", "-D",
-                    f"MAX_PAGES={maxp}", "--seed", str(n + 1), "--dump", dump], check=True, capture_output=True)
-    got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
-           for t in ("in.q", "in.k", "in.v", "in.block_table", "in.cache_seqlens", "out.o", "out.lse")}
-    slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
+    _, got = interpret(attnc, scratch, f"paged{n}", name, text, {"B": B, "NQ": NQ, "PAGES": pages, "MAX_PAGES": maxp},
+                       n + 1, ("in.q", "in.k", "in.v", "in.block_table", "in.cache_seqlens", "out.o", "out.lse") +
+                       (("in.slopes",) if alibi else ()))
+    slopes = got["in.slopes"] if alibi else None
     lens = [int(x) for x in got["in.cache_seqlens"]]
     err_o = err_l = 0.0
     for b in range(B):
@@ -183,16 +192,11 @@ def packed_case(attnc, scratch, n, H, Hk, D, DV, sequences, TQ, TK, S, opts):
     alibi = opts.pop("alibi", None)
     window, softcap, scale = check_options(**opts)
     name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi, sequences=sequences)
-    src, dump = os.path.join(scratch, f"packed{n}.attn"), os.path.join(scratch, f"packed{n}")
-    os.makedirs(dump, exist_ok=True)
-    with open(src, "w") as f:
-        f.write(text)
-    subprocess.run([attnc, "run", src, "-D", f"TQ={TQ}", "-D", f"TK={TK}", "-D", f"S={S}", "-D", f"B={S - 1}",
-                    "--seed", str(n + 1), "--dump", dump], check=True, capture_output=True)
     cu = ("cu_seqlens", "cu_seqlens") if sequences == "one" else ("cu_seqlens_q", "cu_seqlens_k")
-    got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
-           for t in ("in.q", "in.k", "in.v", "out.o", "out.lse") + tuple(f"in.{c}" for c in cu)}
-    slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
+    _, got = interpret(attnc, scratch, f"packed{n}", name, text, {"TQ": TQ, "TK": TK, "S": S, "B": S - 1}, n + 1,
+                       ("in.q", "in.k", "in.v", "out.o", "out.lse") + tuple(f"in.{c}" for c in cu) +
+                       (("in.slopes",) if alibi else ()))
+    slopes = got["in.slopes"] if alibi else None
     cq, ck = ([int(x) for x in got[f"in.{c}"]] for c in cu)
     err_o = err_l = 0.0
     for b in range(S - 1):
@@ -225,16 +229,11 @@ def main():
         window, softcap, scale = check_options(**opts)
         score, mask, _ = trace(score_mod, mask_mod)
         name, text = block_source(H, Hk, D, DV, "f16", window, softcap, scale, alibi, key_mask, score, mask)
-        src, dump = os.path.join(scratch, f"case{n}.attn"), os.path.join(scratch, f"case{n}")
-        os.makedirs(dump, exist_ok=True)
-        with open(src, "w") as f:
-            f.write(text)
-        subprocess.run([attnc, "run", src, "-D", f"B={B}", "-D", f"NQ={NQ}", "-D", f"NK={NK}", "--dump", dump],
-                       check=True, capture_output=True)
-        got = {t: read_npy(os.path.join(dump, f"{name}.{t}.npy"))[1]
-               for t in ("in.q", "in.k", "in.v", "out.o", "out.lse")}
-        slopes = read_npy(os.path.join(dump, f"{name}.in.slopes.npy"))[1] if alibi else None
-        keep = read_npy(os.path.join(dump, f"{name}.in.keep.npy"))[1] if key_mask else None
+        src, got = interpret(attnc, scratch, f"case{n}", name, text, {"B": B, "NQ": NQ, "NK": NK}, None,
+                             ("in.q", "in.k", "in.v", "out.o", "out.lse") + (("in.slopes",) if alibi else ()) +
+                             (("in.keep",) if key_mask else ()))
+        slopes = got["in.slopes"] if alibi else None
+        keep = got["in.keep"] if key_mask else None
         o, lse = reference(got["in.q"], got["in.k"], got["in.v"], slopes, keep, B, H, Hk, NQ, NK, D, DV, window,
                            softcap, scale, alibi, score_mod, mask_mod)
         err_o = max(abs(a - b) / (1e-2 + abs(b)) for a, b in zip(got["out.o"], o))
