@@ -247,7 +247,10 @@ def run_varlen(rep, name, qlens, klens, H, HKV, D, opts, dtype):
     """attnc.attention over packed sequences (cu_seqlens, one set of offsets
     where klens is None) against reference() of each sequence's rows, the
     options aligned to its own lengths; rows of other sequences poisoned
-    with NaN to start, so a store past a sequence shows."""
+    with NaN to start, so a store past a sequence shows. Then the gradients
+    (the block's backward through autograd) of each sequence's rows of q,
+    k and v against float64 autograd of its own attention, under the
+    FlashAttention rule."""
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()))
     same = klens is None
     klens = qlens if same else klens
@@ -282,6 +285,28 @@ def run_varlen(rep, name, qlens, klens, H, HKV, D, opts, dtype):
         pt = gc.max_err(lselo, lse64)
         rep.add(f"lse {name} s{b} {L}x{M}", shp[:28], gc.max_err(got_l, lse64), pt, 2 * pt + 1e-5)
     rep.expect(f"{name}: every row written", bool(torch.isfinite(o).all()) and not bool(torch.isnan(lse).any()), shp)
+    xs = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    og = attnc.attention(*xs, cu_seqlens_q=cu[0], cu_seqlens_k=cu[0] if same else cu[1], alibi_slopes=slopes, **kw)
+    do = torch.randn(og.shape, device="cuda", dtype=dtype, generator=g)
+    og.backward(do)
+    grads = [x.grad for x in xs]
+    rep.expect(f"{name}: every gradient row written", all(bool(torch.isfinite(x).all()) for x in grads), shp)
+    for b in range(B):
+        q0, k0, L, M = int(cu[0][b]), int(cu[1][b]), qlens[b], klens[b]
+        if L == 0 or M == 0:
+            continue
+        args = (opts.get("causal", False), opts.get("window"), opts.get("softcap"), opts.get("scale"),
+                slopes[b:b + 1] if slopes is not None else None, None, (None, None))
+        rows = [(q, q0, L), (k, k0, M), (v, k0, M)]
+        x64 = [t[s:s + n].transpose(0, 1).unsqueeze(0).double().requires_grad_(True) for t, s, n in rows]
+        xlo = [t[s:s + n].transpose(0, 1).unsqueeze(0).clone().requires_grad_(True) for t, s, n in rows]
+        d = do[q0:q0 + L].transpose(0, 1).unsqueeze(0).double()
+        (reference(*x64, *args, torch.float64)[0] * d).sum().backward()
+        (reference(*xlo, *args, None)[0].double() * d).sum().backward()
+        for nm, got, (t, s, n), a, lo in zip(("dq", "dk", "dv"), grads, rows, x64, xlo):
+            pt = gc.max_err(lo.grad, a.grad)
+            rep.add(f"{nm} {name} s{b} {L}x{M}", shp[:28], gc.max_err(got[s:s + n].transpose(0, 1).unsqueeze(0), a.grad),
+                    pt, 3 * pt + 1e-5)
 
 
 def refusals(rep, dtype):
@@ -353,8 +378,6 @@ def refusals(rep, dtype):
            "key_mask cannot be combined")
     expect("varlen: bnhd", lambda: attnc.attention(qp, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck, layout="bnhd"),
            "layout does not apply")
-    qpg = qp.detach().clone().requires_grad_(True)
-    expect("varlen: backward", lambda: attnc.attention(qpg, kp, kp, cu_seqlens_q=cq, cu_seqlens_k=ck), "no backward")
 
 
 def cached_and_graph(rep, dtype):
@@ -398,6 +421,8 @@ def main():
     args = ap.parse_args()
     common.use_kit(args.kit)
     common.use_arch(args.arch)
+    if args.arch == "sm_90a":   # packed sequences too (attnc.attention takes sm_80's for them on Hopper for now)
+        functional.PACKED_ON_HOPPER = "sm_90a"
     arch = functional.target_of(torch.device("cuda"))
     dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
     gc.DT = dtype

@@ -138,6 +138,9 @@ typedef struct Token {
     int64_t rows, cols;
     int vec;
     ScalarKind elem;
+    /* TMA, consumer: whether the fill this token's wait waited for was
+     * issued (i1; NULL: it was); only an issued fill's stage is released */
+    LLVMValueRef issued;
 } Token;
 
 typedef enum { CV_SCALAR, CV_DIST, CV_VIEW, CV_MEM, CV_TOKEN } CvKind;

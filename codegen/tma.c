@@ -229,7 +229,8 @@ void tma_copy(Cg *cg, const Op *op) {
      * a copy is skipped whole, alike in every role (the same index
      * arithmetic): no fill, no parity flipped, its stage left free, so a
      * producer that runs ahead (persistent blocks) fills it with the next
-     * tile's first keys instead of waiting for its release. */
+     * tile's first keys instead of waiting for its release (the consumers'
+     * wait for it passes at once and releases nothing: tma_wait). */
     LLVMValueRef inside = LLVMBuildICmp(cg->b, LLVMIntSLT, co[row_dim], src->dims[row_dim], "");
     LLVMValueRef bit_if = LLVMBuildSelect(cg->b, inside, bit, ci32(cg, 0), "");
     if (cg->hopper.role == ROLE_PRODUCER) {
@@ -464,9 +465,18 @@ void tma_wait(Cg *cg, const Op *op) {
     Ring *r = t->ring;
     LLVMValueRef state = LLVMBuildLoad2(cg->b, cg->i32, r->state, "");
     wait_phase(cg, stage_bar(cg, r, t->stage), fill_parity(cg, state, t->stage));
-    if (cg->hopper.role == ROLE_CONSUMER)
-        map_put(cg->a, &cg->hopper.wait_tok, op, (void *)t);
     LLVMValueRef landed = LLVMBuildShl(cg->b, stage_bit(cg, t->stage), ci32(cg, 16), "");
+    if (cg->hopper.role == ROLE_CONSUMER) {
+        /* A skipped fill (its box past the tensor's end, tma_copy) was never
+         * counted by the producer: releasing its stage would put the empty
+         * barrier a phase ahead, and the producer's next wait on it (a
+         * persistent block's next tile) would never end. The in-flight bit
+         * says whether the fill was issued. */
+        Token *rel = NEW(cg->a, Token);
+        *rel = *t;
+        rel->issued = LLVMBuildICmp(cg->b, LLVMIntNE, LLVMBuildAnd(cg->b, state, landed, ""), ci32(cg, 0), "");
+        map_put(cg->a, &cg->hopper.wait_tok, op, rel);
+    }
     LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, LLVMBuildNot(cg->b, landed, ""), ""), r->state);
 }
 
@@ -495,7 +505,8 @@ void tma_drain(Cg *cg) { drain_rings(cg, false); }
 void tma_drain_release(Cg *cg) { drain_rings(cg, true); }
 
 void tma_release(Cg *cg, const Token *t) {
-    LLVMBasicBlockRef join = if_begin(cg, LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), ""));
+    LLVMValueRef lane0 = LLVMBuildICmp(cg->b, LLVMIntEQ, cg->lane, ci32(cg, 0), "");
+    LLVMBasicBlockRef join = if_begin(cg, t->issued ? LLVMBuildAnd(cg->b, lane0, t->issued, "") : lane0);
     LLVMValueRef bar = ptr_i32(cg, gep(cg, SK_I64, t->ring->empty, t->stage));
     cg_asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", LLVMVoidTypeInContext(cg->ctx), &bar, 1);
     if_end(cg, join);

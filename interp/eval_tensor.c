@@ -355,8 +355,9 @@ static bool offsets_of_batch(Interp *in, const Op *op, const Tensor *cu, int64_t
     return eval_fail(in, op, "%lld sequence offsets for %lld sequences", (long long)cu->dims[0], (long long)batch);
 }
 
-/* attn.pad: packed [T, H, D] as [B, H, T, D], zero past each sequence's
- * length (rows past the packed tensor's end count as past it). */
+/* attn.pad: packed [T, H, D] as [B, H, T, D] (an lse's [H, T] as [B, H,
+ * T]), zero past each sequence's length, or the op's `fill` (rows past the
+ * packed tensor's end count as past it). */
 bool eval_pad(Interp *in, const Op *op) {
     Tensor *x = eval_get(in, op->operands[0]), *cu = eval_get(in, op->operands[1]);
     Tensor *r = eval_new_result(in, op);
@@ -364,14 +365,19 @@ bool eval_pad(Interp *in, const Op *op) {
         return false;
     if (!offsets_of_batch(in, op, cu, r->dims[0]))
         return false;
-    int64_t T = x->dims[0], H = x->dims[1], D = x->dims[2];
-    memset(r->data, 0, sizeof(double) * (size_t)r->size);
+    bool lse = x->rank == 2;
+    int64_t T = lse ? x->dims[1] : x->dims[0], H = lse ? x->dims[0] : x->dims[1], D = lse ? 1 : x->dims[2];
+    Attr *fill = op_attr(op, "fill");
+    for (int64_t e = 0; e < r->size; e++)
+        r->data[e] = fill ? fill->f : 0;
     for (int64_t b = 0; b < r->dims[0]; b++) {
         int64_t len, start = sequence_rows(cu, b, T, &len);
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < len; i++)
-                memcpy(r->data + ((b * H + h) * T + i) * D, x->data + ((start + i) * H + h) * D,
-                       sizeof(double) * (size_t)D);
+                for (int64_t d = 0; d < D; d++) {
+                    int64_t from = lse ? h * T + start + i : ((start + i) * H + h) * D + d;
+                    r->data[((b * H + h) * T + i) * D + d] = x->data[from];
+                }
     }
     return eval_set_result(in, op, r);
 }

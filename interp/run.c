@@ -77,8 +77,10 @@ static int64_t offsets_of(Interp *in, const Block *body, const Value *arg) {
     int64_t rows = -1;
     for_each_op(op, body) {
         int64_t dims[MAX_RANK];
-        if (op->kind == OP_PAD && op->operands[1] == arg && concrete_shape(in, op->operands[0]->type, dims))
-            rows = rows < 0 || dims[0] < rows ? dims[0] : rows;
+        if (op->kind == OP_PAD && op->operands[1] == arg && concrete_shape(in, op->operands[0]->type, dims)) {
+            int64_t n = op->operands[0]->type->rank == 2 ? dims[1] : dims[0];   /* (an lse's [H, T]) */
+            rows = rows < 0 || n < rows ? n : rows;
+        }
     }
     return rows;
 }

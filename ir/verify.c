@@ -385,18 +385,23 @@ static bool is_offsets_of(const Type *cu, Dim batch) {
 
 /* attn.pad(x, cu): packed sequences x [T, H, D] (sequence b is rows cu[b]
  * to cu[b + 1]) as [B, H, T, D], each sequence's rows from 0 and zero
- * past its length. */
+ * past its length, or its `fill` (an lse's [H, T] as [B, H, T]: the
+ * backward's, filled with +inf, so that P = exp(S − lse) = 0 in the rows
+ * past a sequence's length). */
 static void verify_pad(Verifier *v, Op *op) {
     const Type *x = op->operands[0]->type, *cu = op->operands[1]->type, *r = op->results[0]->type;
-    if (!is_tensor(x) || !is_tensor(r) || x->rank != 3 || r->rank != 4 || x->elem != r->elem) {
-        op_error(v, op, "operand must be a rank-3 tensor [T, H, D] and result rank 4 of its element type");
+    if (!is_tensor(x) || !is_tensor(r) || (x->rank != 3 && x->rank != 2) || r->rank != x->rank + 1 ||
+        x->elem != r->elem) {
+        op_error(v, op, "operand must be [T, H, D] or [H, T] and the result one rank more, of its element type");
         return;
     }
+    bool ok = x->rank == 3 ? dim_equal(r->dims[1], x->dims[1]) && dim_equal(r->dims[2], x->dims[0]) &&
+                                 dim_equal(r->dims[3], x->dims[2])
+                           : dim_equal(r->dims[1], x->dims[0]) && dim_equal(r->dims[2], x->dims[1]);
     if (!is_offsets_of(cu, r->dims[0]))
         op_error(v, op, "needs i32[B + 1] sequence offsets of the result's B");
-    else if (!dim_equal(r->dims[1], x->dims[1]) || !dim_equal(r->dims[2], x->dims[0]) ||
-             !dim_equal(r->dims[3], x->dims[2]))
-        op_error(v, op, "result must be [B, H, T, D] of the operand's [T, H, D]");
+    else if (!ok)
+        op_error(v, op, "result must be [B, H, T, D] of the operand's [T, H, D] (or [B, H, T] of [H, T])");
 }
 
 /* attn.unpad(y, cu): attn.pad's inverse, [B, H, T, D] to [T, H, D] (or an

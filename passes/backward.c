@@ -219,10 +219,16 @@ static const char *unique_name(Arena *a, Attr *taken, const char *want) {
     }
 }
 
-/* The forward's pieces, as the frontend built them (frontend/sema.c). */
+static Op *def_of(const Value *v, OpKind k) { return v->def && v->def->kind == k ? v->def : NULL; }
+
+/* The forward's pieces, as the frontend built them (frontend/sema.c).
+ * Packed sequences (attn.pad of q, k and v; doc/dsl.md): q, k, v and o are
+ * the [B, H, T, D] views the attention reads and makes, `last_pad` the
+ * last of the ops that make those views (the frontend's SEQS dim first),
+ * cu_q and cu_k the offsets. */
 typedef struct Forward {
-    Op *qk, *scale, *score, *mask;
-    Value *q, *k, *v, *o;
+    Op *qk, *scale, *score, *mask, *last_pad;
+    Value *q, *k, *v, *o, *cu_q, *cu_k;
 } Forward;
 
 static bool read_forward(Op *func, Forward *f) {
@@ -230,7 +236,16 @@ static bool read_forward(Op *func, Forward *f) {
     Block *body = op_body(func);
     f->q = body->args[0], f->k = body->args[1], f->v = body->args[2];
     for_each_op(op, body) {
-        if (op->kind == OP_MATMUL && !f->qk)
+        if (op->kind == OP_PAD) {
+            f->last_pad = op;
+            for (int i = 0; i < 3; i++)
+                if (op->operands[0] == body->args[i]) {
+                    Value **view[3] = {&f->q, &f->k, &f->v};
+                    *view[i] = op->results[0];
+                    if (i < 2)
+                        *(i ? &f->cu_k : &f->cu_q) = op->operands[1];
+                }
+        } else if (op->kind == OP_MATMUL && !f->qk)
             f->qk = op;
         else if (op->kind == OP_MUL && f->qk && op->operands[0] == f->qk->results[0])
             f->scale = op;
@@ -239,14 +254,16 @@ static bool read_forward(Op *func, Forward *f) {
         else if (op->kind == OP_MASK)
             f->mask = op;
         else if (op->kind == OP_RETURN)
-            f->o = op->operands[0];
+            f->o = def_of(op->operands[0], OP_UNPAD) ? op->operands[0]->def->operands[0] : op->operands[0];
     }
-    return f->qk && f->scale && f->o && f->scale->operands[1]->def->kind == OP_CONSTANT;
+    return f->qk && f->scale && f->o && f->scale->operands[1]->def->kind == OP_CONSTANT &&
+           (!f->last_pad || (f->cu_q && f->cu_k));
 }
 
 /* The backward needs the forward's logsumexp: a forward that does not
  * return it gets it as a second output, "lse" (fusion makes it part of the
- * attention kernel, which computes it anyway). */
+ * attention kernel, which computes it anyway); of packed sequences, packed
+ * [H, T] as o is. */
 static void save_lse(Arena *a, Op *fwd) {
     Attr *outs = op_attr(fwd, "outputs");
     if (outs->n == 2)
@@ -263,6 +280,11 @@ static void save_lse(Arena *a, Op *fwd) {
     Type *lt = type_shaped(a, TY_TENSOR, SK_F32, 3, st->dims);
     Value *lse = b_emit(&b, OP_REDUCE, lt, 1, &s32);
     op_set_attr(a, lse->def, "kind", attr_str(a, "logsumexp"));
+    Op *unpad = def_of(ret->operands[0], OP_UNPAD);
+    if (unpad) {
+        Type *packed = type_shaped(a, TY_TENSOR, SK_F32, 2, (Dim[2]){st->dims[1], unpad->results[0]->type->dims[0]});
+        lse = b_emit(&b, OP_UNPAD, packed, 2, (Value *[]){lse, unpad->operands[1]});
+    }
     Value *rets[2] = {ret->operands[0], lse};
     b_emit_op(&b, OP_RETURN, 0, NULL, 2, rets);
     op_unlink(ret);
@@ -308,12 +330,33 @@ static Op *derive_block(Arena *a, Diag *d, Op *fwd) {
                                      arena_printf(a, "d%s", oname));
     in_names[nin + 2] = attr_str(a, doname);
     Type *lse_t = type_shaped(a, TY_TENSOR, SK_F32, 3, (Dim[3]){B, Hq, Nq});
-    Value *o = block_add_arg(a, body, (Type *)ot, oname);
-    Value *lse = block_add_arg(a, body, lse_t, lname);
-    Value *dout = block_add_arg(a, body, (Type *)ot, doname);
-    Value *q = map_get(&args, f.q), *k = map_get(&args, f.k), *v = map_get(&args, f.v);
+    /* packed sequences: o, lse and do packed as the forward returns them,
+     * the gradients too; the derivation works on their [B, H, T, D] views,
+     * made as the forward makes q's, k's and v's */
+    bool packed = f.last_pad != NULL;
+    const Type *packed_ot = op_body(fwd)->last->operands[0]->type;
+    Type *packed_lse_t = type_shaped(a, TY_TENSOR, SK_F32, 2, (Dim[2]){Hq, packed_ot->dims[0]});
+    Value *o = block_add_arg(a, body, (Type *)(packed ? packed_ot : ot), oname);
+    Value *lse = block_add_arg(a, body, packed ? packed_lse_t : lse_t, lname);
+    Value *dout = block_add_arg(a, body, (Type *)(packed ? packed_ot : ot), doname);
 
     Bwd w = {a, {a, body, NULL, fwd->loc}, op_attr(f.qk, "acc")->type->elem};
+    Value *cu_q = NULL, *cu_k = NULL;
+    if (packed) {
+        for (const Op *op = fbody->first; op; op = op->next) {
+            block_append(body, op_clone(a, op, &args));
+            if (op == f.last_pad)
+                break;
+        }
+        cu_q = map_get(&args, f.cu_q), cu_k = map_get(&args, f.cu_k);
+        o = b_emit(&w.b, OP_PAD, (Type *)ot, 2, (Value *[]){o, cu_q});
+        lse = b_emit(&w.b, OP_PAD, lse_t, 2, (Value *[]){lse, cu_q});
+        /* rows past a sequence's length: P = exp(S' − ∞) = 0, as the kernels mask them (a hook may
+           make S' large there: the view's q rows are 0, not the mask's) */
+        op_set_attr(a, lse->def, "fill", attr_float(a, INFINITY));
+        dout = b_emit(&w.b, OP_PAD, (Type *)ot, 2, (Value *[]){dout, cu_q});
+    }
+    Value *q = map_get(&args, f.q), *k = map_get(&args, f.k), *v = map_get(&args, f.v);
     ScalarKind dt = qt->elem, acc = w.acc;
     bool gqa = !dim_equal(Hq, Hkv);
     Value *kx = gqa ? heads(&w, OP_EXPAND_HEADS, k, Hq) : k;
@@ -366,6 +409,10 @@ static Op *derive_block(Arena *a, Diag *d, Op *fwd) {
         dkx = heads(&w, OP_SUM_HEADS, dkx, Hkv);
     Value *dk = named(b_cast(&w.b, elementwise(&w, OP_MUL, dkx, scalar(&w, SK_F32, scale)), dt), "dk");
     Value *outs[3] = {dq, dk, dv};
+    if (packed)
+        for (int i = 0; i < 3; i++)
+            outs[i] = named(b_emit(&w.b, OP_UNPAD, fbody->args[i]->type, 2, (Value *[]){outs[i], i ? cu_k : cu_q}),
+                            outs[i]->name);
     b_emit(&w.b, OP_RETURN, NULL, 3, outs);
 
     Attr *out_names[3];
@@ -393,22 +440,13 @@ bool pass_backward(Op *module, PassContext *ctx) {
         Attr *kind = op_attr(f, "kind");
         if (!kind || strcmp(kind->s, "attention") != 0)
             continue;
-        const Op *paged = NULL, *packed = NULL;
-        for_each_op(op, op_body(f)) {
+        const Op *paged = NULL;
+        for_each_op(op, op_body(f))
             if (op->kind == OP_PAGES)
                 paged = op;
-            if (op->kind == OP_PAD && !packed)   /* (q's) */
-                packed = op;
-        }
         if (paged) {   /* a cache is read (decode, serving), not trained */
             op_diag(d, NULL, paged, "a paged KV cache (pages) has no backward: -backward derives the gradients "
                                     "of blocks that read k and v whole");
-            ok = false;
-            continue;
-        }
-        if (packed) {
-            op_diag(d, NULL, packed, "packed sequences (sequences) have no backward yet: -backward derives the "
-                                     "gradients of blocks of [batch, heads, seq, head_dim] tensors");
             ok = false;
             continue;
         }

@@ -221,15 +221,19 @@ static Value *scaled(const Value *v, double *c) {
     return m && constant_value(m->operands[1], c) ? m->operands[0] : NULL;
 }
 
+/* The gradient the backward block returns as its i-th result: of packed
+ * sequences, the operand of its attn.unpad. */
+static Value *gradient(const Op *ret, int i) { return strip(ret->operands[i], OP_UNPAD); }
+
 static bool match_backward(Op *ret, BwdMatch *m) {
     memset(m, 0, sizeof *m);
     if (ret->noperands != 3)
         return false;
     double cq = 0, ck = 0, cs = 0;   /* (set whenever scaled() matches; -O3 cannot see it) */
-    Op *dq = def_is(scaled(ret->operands[0], &cq), OP_MATMUL);
-    Op *dk = def_is(strip(scaled(ret->operands[1], &ck), OP_SUM_HEADS), OP_MATMUL);
-    Op *dv = def_is(strip(strip(ret->operands[2], OP_CAST), OP_SUM_HEADS), OP_MATMUL);
-    if (!dq || !dk || !dv || cq != ck || !def_is(ret->operands[0], OP_CAST))
+    Op *dq = def_is(scaled(gradient(ret, 0), &cq), OP_MATMUL);
+    Op *dk = def_is(strip(scaled(gradient(ret, 1), &ck), OP_SUM_HEADS), OP_MATMUL);
+    Op *dv = def_is(strip(strip(gradient(ret, 2), OP_CAST), OP_SUM_HEADS), OP_MATMUL);
+    if (!dq || !dk || !dv || cq != ck || !def_is(gradient(ret, 0), OP_CAST))
         return false;
     /* dq = dS @ k, dk = dSᵀ @ q, dv = Pᵀ @ do */
     Value *dsc = dq->operands[0], *kx = dq->operands[1];
@@ -295,10 +299,14 @@ static bool fuse_one_backward(Fuser *f, Block *body) {
     for (int i = 0; i < 3; i++)
         if (regions[i])
             region_take(&bwd->regions[i], &regions[i]->regions[0]);
-    op_insert_before(ret, bwd);
+    Op *first_unpad = def_is(ret->operands[0], OP_UNPAD);   /* (packed sequences: the unpads, then ret) */
+    op_insert_before(first_unpad ? first_unpad : ret, bwd);
     for (int i = 0; i < 3; i++) {
-        bwd->results[i]->name = ret->operands[i]->name;
-        ret->operands[i] = bwd->results[i];
+        Op *unpad = def_is(ret->operands[i], OP_UNPAD);
+        Op *user = unpad ? unpad : ret;
+        int at = unpad ? 0 : i;
+        bwd->results[i]->name = user->operands[at]->name;
+        user->operands[at] = bwd->results[i];
     }
     return true;
 }

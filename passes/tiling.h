@@ -50,7 +50,19 @@ int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64
  * tensors the hooks read, the key segments a query tile visits */
 Value *band_at(Builder *b, const Attr *bound, Value *i);
 void collect_side_tensors(const Op *att, Arena *a, PtrVec *out);
+void add_side_tensor(Arena *a, PtrVec *side, Value *x);   /* (unless there) */
 int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t BM, int64_t BN, Value *nk, Segment *seg);
+/* packed sequences (attn.pad): the attn.pad operand of att reads through,
+ * or NULL; the i32 element of memref mem at n indices, as an index; the
+ * sequence and first row (*r0) of program p of those making a tile of
+ * `rows` rows of every one of B sequences in order, their rows at offsets
+ * cu (a scan of cu; past the last tile, sequence B); the mask's key-count
+ * conjunct (the frontend's, marked key_count) made true, the kernels ending
+ * each sequence's keys at its count */
+const Op *padded(const Op *att, int operand);
+Value *read_index(Builder *b, Value *mem, int n, Value **idx);
+Value *sequence_of_tile(Builder *b, Value *p, Value *cu, Value *B, int64_t rows, Value **r0);
+void drop_key_count(Arena *a, Op *att, int mask_region);
 
 /* one file each: a kind of op made a tile.launch */
 bool tile_gemm(PassContext *ctx, Op *func, Op *g);

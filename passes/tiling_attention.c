@@ -30,14 +30,12 @@ static const Op *paged(const Op *att, int operand) {
     return x->def && x->def->kind == OP_PAGES ? x->def : NULL;
 }
 
-/* The attn.pad q, k or v (operand) of att is read through, or NULL. */
-static const Op *padded(const Op *att, int operand) {
+const Op *padded(const Op *att, int operand) {
     const Value *x = att->operands[operand];
     return x->def && x->def->kind == OP_PAD ? x->def : NULL;
 }
 
-/* The i32 element of memref mem at the n scalar indices idx, as an index. */
-static Value *read_index(Builder *b, Value *mem, int n, Value **idx) {
+Value *read_index(Builder *b, Value *mem, int n, Value **idx) {
     Value **ops = NEW_ARRAY(b->a, Value *, n + 1);
     ops[0] = mem;
     memcpy(ops + 1, idx, sizeof(Value *) * (size_t)n);
@@ -93,11 +91,11 @@ static Value *scores(AttnTile *t, Builder *b, Value *j0, bool masked) {
     return b_select(b, valid, s, b_float(b, t->acc, -INFINITY));
 }
 
-static int index_of_value(PtrVec *v, const Value *x) {
-    for (int i = 0; i < v->len; i++)
-        if (v->items[i] == x)
-            return i;
-    return -1;
+void add_side_tensor(Arena *a, PtrVec *side, Value *x) {
+    for (int i = 0; i < side->len; i++)
+        if (side->items[i] == x)
+            return;
+    vec_push(a, side, x);
 }
 
 /* Func-level tensors the hooks read: they become launch inputs. */
@@ -105,8 +103,8 @@ void collect_side_tensors(const Op *att, Arena *a, PtrVec *out) {
     for (int r = 0; r < att->nregions; r++)
         for (int bi = 0; bi < att->regions[r].nblocks; bi++)
             for_each_op(op, att->regions[r].blocks[bi])
-                if (op->kind == OP_EXTRACT && index_of_value(out, op->operands[0]) < 0)
-                    vec_push(a, out, op->operands[0]);
+                if (op->kind == OP_EXTRACT)
+                    add_side_tensor(a, out, op->operands[0]);
 }
 
 /* Whether v (in a hook's region) is computed from the region's argument x. */
@@ -241,26 +239,32 @@ static void packed_head(Builder *b, const AttnTile *t, int64_t G, int64_t g, Val
  * K and V are read once for the group, not once a head; with
  * split->rows, its rows are the G heads' Nq query rows each, head g's at
  * packed rows [g·Nq, (g + 1)·Nq), ceil(G·Nq / BM) programs a kv head. */
-/* Packed sequences (attn.pad): a program per query tile of every
- * sequence, program p the p-th in sequence order (FlashAttention-3's
- * varlen scheduler counts alike). Its sequence and tile come from a scan
- * of the query offsets cu_q, B entries; past the last tile, sequence B: no
- * rows, no keys (the offsets past the end read 0). Sets t's batch, rows
- * and starts and its key count; returns the end of its sequence's rows in
- * q (stores stop there). */
-static Value *sequence_tile(AttnTile *t, Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B) {
+/* Packed sequences (attn.pad): a program per tile of every sequence,
+ * program p the p-th in sequence order (FlashAttention-3's varlen scheduler
+ * counts alike). Its sequence and tile come from a scan of the offsets, B
+ * entries; past the last tile, sequence B: no rows, no keys (the offsets
+ * past the end read 0). */
+Value *sequence_of_tile(Builder *b, Value *p, Value *cu, Value *B, int64_t rows, Value **r0) {
     Value *zero = b_index(b, 0), *one = b_index(b, 1);
     Value *init[3] = {B, zero, zero}, *s, **c;   /* sequence, its tile, tiles before s */
     Builder body;
     Op *scan = new_for(b, zero, B, one, 3, init, &body, &s, &c);
-    Value *len = b_bin(&body, OP_MAX, b_bin(&body, OP_SUB, read_index(&body, cu_q, 1, (Value *[]){b_bin(&body, OP_ADD, s, one)}),
-                                              read_index(&body, cu_q, 1, &s)), zero);
-    Value *upto = b_bin(&body, OP_ADD, c[2], b_ceildiv(&body, len, t->BM));
+    Value *len = b_bin(&body, OP_MAX, b_bin(&body, OP_SUB, read_index(&body, cu, 1, (Value *[]){b_bin(&body, OP_ADD, s, one)}),
+                                              read_index(&body, cu, 1, &s)), zero);
+    Value *upto = b_bin(&body, OP_ADD, c[2], b_ceildiv(&body, len, rows));
     Value *hit = b_bin(&body, OP_AND, b_cmp(&body, "le", c[2], p), b_cmp(&body, "lt", p, upto));
     Value *next[3] = {b_select(&body, hit, s, c[0]), b_select(&body, hit, b_bin(&body, OP_SUB, p, c[2]), c[1]), upto};
     t_yield(&body, 3, next);
-    t->bi = scan->results[0];
-    t->r0 = b_bin(b, OP_MUL, scan->results[1], b_index(b, t->BM));
+    *r0 = b_bin(b, OP_MUL, scan->results[1], b_index(b, rows));
+    return scan->results[0];
+}
+
+/* The forward's query tile p (sequence_of_tile over cu_q): sets t's batch,
+ * rows and starts and its key count; returns the end of its sequence's
+ * rows in q (stores stop there). */
+static Value *sequence_tile(AttnTile *t, Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B) {
+    Value *zero = b_index(b, 0), *one = b_index(b, 1);
+    t->bi = sequence_of_tile(b, p, cu_q, B, t->BM, &t->r0);
     Value *after = b_bin(b, OP_ADD, t->bi, one);
     t->q_start = read_index(b, cu_q, 1, &t->bi);
     t->k_start = read_index(b, cu_k, 1, &t->bi);
@@ -661,10 +665,10 @@ static void split_launches(PassContext *ctx, Op *func, Op *att, Builder *outer, 
  * its keys at that count (t.nk) and masks the tile it falls in, so the
  * conjunct is true wherever the tiles read it; made so, its gathers are
  * not held across the key loops. */
-static void drop_key_count(Arena *a, Op *att) {
-    if (!att->regions[1].nblocks)
+void drop_key_count(Arena *a, Op *att, int mask_region) {
+    if (!att->regions[mask_region].nblocks)
         return;
-    Block *hook = att->regions[1].blocks[0];
+    Block *hook = att->regions[mask_region].blocks[0];
     for (Op *op = hook->first; op; op = op->next) {
         Attr *count = op_attr(op, "key_count");
         if (op->kind != OP_CMP || !count || !count->i)
@@ -679,7 +683,7 @@ static void drop_key_count(Arena *a, Op *att) {
 
 bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     const Type *qt = att->operands[0]->type, *kt = att->operands[1]->type, *vt = att->operands[2]->type;
-    drop_key_count(ctx->arena, att);
+    drop_key_count(ctx->arena, att, 1);
     int64_t D = qt->dims[3].sym ? 0 : qt->dims[3].size;
     if (qt->dims[3].sym || vt->dims[3].sym)
         return true;   /* symbolic head dims: the frontend never makes these */
@@ -712,8 +716,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     int64_t page_size = INT64_MAX;
     if (pages) {   /* the table and lengths are read by the kernels; a key tile stays inside a page */
         for (int i = 1; i < 3; i++)
-            if (index_of_value(&side, pages->operands[i]) < 0)
-                vec_push(ctx->arena, &side, pages->operands[i]);
+            add_side_tensor(ctx->arena, &side, pages->operands[i]);
         page_size = op_attr(pages, "page_size")->i;
         BN = BN < page_size ? BN : page_size;
         if (sh && sh->keys > page_size)
@@ -723,8 +726,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     if (packed_seqs) {   /* the offsets are read by the kernels; Tq is all the sequences' rows, not one's: no
                             short-rows variant */
         for (int i = 0; i < 2; i++)   /* q's offsets, and k's (v's are k's) */
-            if (index_of_value(&side, padded(att, i)->operands[1]) < 0)
-                vec_push(ctx->arena, &side, padded(att, i)->operands[1]);
+            add_side_tensor(ctx->arena, &side, padded(att, i)->operands[1]);
         sh = NULL;
     }
     Builder outer = {ctx->arena, NULL, NULL, att->loc};

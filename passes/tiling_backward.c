@@ -55,6 +55,23 @@ static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
     return type_shaped(a, TY_TENSOR, k, 4, d);
 }
 
+/* Packed sequences (attn.pad of every operand; doc/dsl.md): the kernels
+ * take the packed tensors, q, o, do [Tq, Hq, D] and k, v [Tk, Hkv, D],
+ * lse and D [Hq, Tq], and make packed gradients. The row kernels
+ * (preprocess, postprocess, kv_kernel) run over the packed rows whatever
+ * their sequence; the key-tile kernel and the deterministic dQ kernel
+ * make a program per tile of every sequence (sequence_of_tile), whose rows
+ * past the sequence's end are another sequence's or no sequence's: masked
+ * as keys past Nk are, their P and dS selected to 0 (D and lse there may
+ * be anything: rows of no sequence are never written by the forward). */
+typedef struct Seqs {
+    const Type *q, *k;    /* the packed q and k */
+    Value *cu_q, *cu_k;   /* the offsets (side tensors of the kernels) */
+} Seqs;
+
+/* The packed tensor operand i of op is a view of. */
+static Value *packed(const Op *op, int i) { return padded(op, i)->operands[0]; }
+
 /* One score tile of the backward, in either orientation (i and j are index
  * tiles along the tile's query and key axes): from the product `dot` (in
  * acc) times `scale`, the score hook, then the tile's bounds (j < nk, and i < nq when
@@ -68,7 +85,7 @@ typedef struct BwdScores {
 } BwdScores;
 
 static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, double scale, Value *bi, Value *h,
-                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
+                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, Value *zeros, const Seqs *sq) {
     const double log2e = 1.4426950408889634;
     ScalarKind acc = dot->type->elem;
     Value *s = b_bin(b, OP_MUL, dot, b_float(b, acc, scale));
@@ -114,6 +131,8 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, 
     lse2 = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse2);
     if (valid && fold)
         lse2 = b_select(b, valid, lse2, inf);
+    else if (valid && sq)   /* (a row of no sequence: its lse may be anything, NaN too) */
+        lse2 = b_select(b, valid, lse2, b_float(b, SK_F32, 0));
     r.p = b_unary(b, OP_EXP2, b_bin(b, OP_SUB, s2, lse2));
     return r;
 }
@@ -121,16 +140,17 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, 
 /* dS = P ∘ (dP − D) ∘ score'(S before the hook), in f32. A hidden score
  * (past Nk or Nq, or masked) has P = 0 but its hook's derivative may be
  * infinite there (s / temp[j] with temp read as 0 past its end, sqrt(|s|)
- * at s = 0), and 0 · ∞ is NaN: its dS is selected to 0, not multiplied. */
+ * at s = 0), and 0 · ∞ is NaN: its dS is selected to 0, not multiplied;
+ * so is D's, of packed sequences (Seqs). */
 static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, Value *dp, Value *delta, Value *bi,
-                          Value *h, Value *i, Value *j, Value *zeros) {
+                          Value *h, Value *i, Value *j, Value *zeros, const Seqs *sq) {
     Value *ds = b_bin(b, OP_MUL, sc.p, b_bin(b, OP_SUB, dp, delta));
     if (op->regions[1].nblocks) {
         Value *hargs[5] = {b_cast(b, sc.pre, SK_F32), bi, h, i, j};
         ds = b_bin(b, OP_MUL, ds, b_bin(b, OP_ADD, vectorise(b, op->regions[1].blocks[0], hargs, memrefs), zeros));
-        if (sc.valid)
-            ds = b_select(b, sc.valid, ds, b_float(b, SK_F32, 0));
     }
+    if (sc.valid && (op->regions[1].nblocks || sq))   /* (packed sequences: D of a row of no sequence, anything) */
+        ds = b_select(b, sc.valid, ds, b_float(b, SK_F32, 0));
     return ds;
 }
 
@@ -140,20 +160,23 @@ static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, 
  * own registers, in a fixed order: no atomics, the same bits every run
  * (Triton's and FlexAttention's plan: two more products than the atomics). */
 static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Value *delta_in, PtrVec *side, int64_t BM,
-                     int64_t BN) {
+                     int64_t BN, const Seqs *sq) {
     Arena *a = ctx->arena;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
     ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
     double scale = op_attr(op, "scale")->f;
-    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1};
+    /* (packed sequences: rows along dim 0 of [T, H, D], lse and D [H, T]) */
+    const int rows_cols[2] = {sq ? 0 : 2, sq ? 2 : 3}, row_vec[2] = {sq ? 1 : 2, -1};
     int nin = 6 + side->len;
     Value **inputs = NEW_ARRAY(a, Value *, nin), **args;
     Value *in6[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5], delta_in};
+    for (int i = 0; sq && i < 5; i++)
+        in6[i] = packed(op, i < 3 ? i : i + 1);
     memcpy(inputs, in6, sizeof in6);
     for (int i = 0; i < side->len; i++)
         inputs[6 + i] = side->items[i];
-    Type *dq_t = (Type *)qt;
+    Type *dq_t = sq ? (Type *)sq->q : (Type *)qt;
     Op *l = make_launch(outer, op->loc, grid, nin, inputs, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
     Builder b = {a, l->regions[0].blocks[0], NULL, op->loc};
     Map memrefs;
@@ -161,15 +184,33 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
     for (int i = 0; i < side->len; i++)
         map_put(a, &memrefs, side->items[i], args[9 + i]);
     Value *H = b_dim(&b, qt->dims[1]), *HK = b_dim(&b, kt->dims[1]), *zero = b_index(&b, 0);
-    Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H);
-    Value *kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
-    Value *r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
+    Value *bi = b_bin(&b, OP_FLOORDIV, args[1], H), *h = b_bin(&b, OP_REM, args[1], H), *kh = NULL, *r0 = NULL;
+    Value *nk = NULL, *k_start = NULL, *q_end = NULL;
+    if (!sq) {
+        kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
+        r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
+    }
     Value *qi[4] = {bi, h, r0, zero}, *li[3] = {bi, h, r0};
+    if (sq) {   /* query tile r0 of sequence bi (sequence_of_tile), its rows from q_start, its keys from k_start */
+        Value *cu_q = map_get(&memrefs, sq->cu_q), *cu_k = map_get(&memrefs, sq->cu_k), *one = b_index(&b, 1);
+        h = args[1];
+        bi = sequence_of_tile(&b, args[0], cu_q, b_dim(&b, qt->dims[0]), BM, &r0);
+        Value *after = b_bin(&b, OP_ADD, bi, one), *q_start = read_index(&b, cu_q, 1, &bi);
+        k_start = read_index(&b, cu_k, 1, &bi);
+        nk = b_bin(&b, OP_MAX, b_bin(&b, OP_SUB, read_index(&b, cu_k, 1, &after), k_start), zero);
+        q_end = b_bin(&b, OP_MAX, read_index(&b, cu_q, 1, &after), q_start);
+        Value *row = b_bin(&b, OP_ADD, q_start, r0);
+        qi[0] = row, qi[1] = h, qi[2] = zero;
+        li[0] = h, li[1] = row;
+        kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
+    }
     Value *q = t_load(&b, args[3], qi, rows_cols, b_tile_type(&b, dt, BM, D), 0);
     Value *dout = t_load(&b, args[7], qi, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
     Value *lse = t_load(&b, args[6], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
     Value *delta = t_load(&b, args[8], li, row_vec, b_tile_type(&b, F, BM, 1), 0);
-    Value *i = b_bin(&b, OP_ADD, b_iota(&b, 0, BM, 1), r0), *nk = b_dim(&b, kt->dims[2]);
+    Value *i = b_bin(&b, OP_ADD, b_iota(&b, 0, BM, 1), r0);
+    if (!sq)
+        nk = b_dim(&b, kt->dims[2]);
     Segment seg[3];
     int nseg = key_segments(&b, op, 2, r0, BM, BN, nk, seg);
     Value *dq = b_splat(&b, b_float(&b, acc, 0), BM, D), *zeros = b_splat(&b, b_float(&b, F, 0), BM, BN);
@@ -178,6 +219,8 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         Value *j0, **c;
         Op *loop = new_for(&b, seg[k].start, seg[k].end, b_index(&b, BN), 1, &dq, &body, &j0, &c);
         Value *ki[4] = {bi, kh, j0, b_index(&body, 0)};
+        if (sq)
+            ki[0] = b_bin(&body, OP_ADD, k_start, j0), ki[1] = kh, ki[2] = b_index(&body, 0);
         Value *ktile = t_load(&body, args[4], ki, rows_cols, b_tile_type(&body, dt, BN, D), 0);
         Value *vtile = t_load(&body, args[5], ki, rows_cols, b_tile_type(&body, dt, BN, DV), 0);
         Value *j = b_bin(&body, OP_ADD, b_iota(&body, 1, 1, BN), j0);
@@ -185,49 +228,73 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *st = b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops);
         BwdScores sc = backward_p(&body, op, &memrefs, st, scale, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse,
-                                  zeros);
+                                  zeros, sq);
         Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
         Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *dp = b_cast(&body, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, dp_ops), F);
-        Value *ds = backward_ds(&body, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
+        Value *ds = backward_ds(&body, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros, sq);
         Value *dq_ops[3] = {b_cast(&body, ds, dt), ktile, c[0]};
         Value *next = b_emit(&body, OP_DOT, c[0]->type, 3, dq_ops);
         t_yield(&body, 1, &next);
         dq = loop->results[0];
     }
-    t_store(&b, args[3 + nin], b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, dq, F), b_float(&b, F, scale)), dt), qi, rows_cols);
+    Value *dqf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, dq, F), b_float(&b, F, scale)), dt);
+    if (sq)   /* not past the sequence's rows: the next sequence's */
+        t_store_bounded(&b, args[3 + nin], dqf, qi, rows_cols, 0, q_end);
+    else
+        t_store(&b, args[3 + nin], dqf, qi, rows_cols);
     t_yield(&b, 0, NULL);
     return l;
 }
 
-/* The index of a program's BM query rows of one (batch, head), for the
- * backward's per-query-tile kernels (grid [ceil(Nq/BM), B·Hq]): (b, h, r0, 0). */
-static void query_tile_index(Builder *b, Value **args, Dim Hq, int64_t BM, Value **idx) {
-    Value *H = b_dim(b, Hq), *zero = b_index(b, 0);
+/* Where a row kernel's program reads and writes its `rows` rows: (b, h, r0,
+ * 0) of [B, H, N, D] tensors, dims 2 and 3, and its row vector (b, h, r0)
+ * of [B, H, N] along dim 2 (grid [ceil(N / rows), B·H]); of packed
+ * sequences, (r0, h, 0) of [T, H, D], dims 0 and 2, and (h, r0) of [H, T]
+ * along dim 1 (grid [ceil(T / rows), H]). */
+typedef struct RowBox {
+    Value *idx[4], *vidx[3];
+    int dims[2], vdims[2];
+} RowBox;
+
+static RowBox row_box(Builder *b, Value **args, Dim heads, int64_t rows, bool seqs) {
+    Value *H = b_dim(b, heads), *zero = b_index(b, 0);
+    if (seqs) {
+        Value *r0 = b_bin(b, OP_MUL, args[0], b_index(b, rows));
+        return (RowBox){{r0, args[1], zero}, {args[1], r0}, {0, 2}, {1, -1}};
+    }
     Value *bi = b_bin(b, OP_FLOORDIV, args[1], H), *h = b_bin(b, OP_REM, args[1], H);
-    idx[0] = bi, idx[1] = h, idx[2] = b_bin(b, OP_MUL, args[0], b_index(b, BM)), idx[3] = zero;
+    Value *r0 = b_bin(b, OP_MUL, args[0], b_index(b, rows));
+    return (RowBox){{bi, h, r0, zero}, {bi, h, r0}, {2, 3}, {2, -1}};
+}
+
+/* The grid of a row kernel over t (the [B, H, N, D] view, or with sq
+ * its packed [T, H, D]), `rows` rows a program (row_box). */
+static void row_grid(Builder *b, const Type *t, int64_t rows, bool seqs, Value **grid) {
+    grid[0] = b_ceildiv(b, b_dim(b, t->dims[seqs ? 0 : 2]), rows);
+    grid[1] = seqs ? b_dim(b, t->dims[1]) : b_bin(b, OP_MUL, b_dim(b, t->dims[0]), b_dim(b, t->dims[1]));
+    grid[2] = b_index(b, 1);
 }
 
 /* preprocess: D = rowsum(dO ∘ O), a query tile a block (grid qgrid). */
-static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_t BM) {
+static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_t BM, const Seqs *sq) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *vt = op->operands[2]->type;
     const int64_t DV = vt->dims[3].size;
     ScalarKind dt = qt->elem, F = SK_F32;
     Dim Bd = qt->dims[0], Hq = qt->dims[1], Nq = qt->dims[2];
-    const int rows_cols[2] = {2, 3}, row_vec[2] = {2, -1};
     Value **args;
-    Value *pre_in[2] = {op->operands[3], op->operands[5]};
-    Type *delta_t = type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, Nq});
+    Value *pre_in[2] = {sq ? packed(op, 3) : op->operands[3], sq ? packed(op, 5) : op->operands[5]};
+    Type *delta_t = sq ? type_shaped(a, TY_TENSOR, F, 2, (Dim[2]){Hq, sq->q->dims[0]})
+                       : type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, Nq});
     Op *pre = make_launch(outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
     {
         Builder b = {a, pre->regions[0].blocks[0], NULL, op->loc};
-        Value *idx[4];
-        query_tile_index(&b, args, Hq, BM, idx);
-        Value *o = t_load(&b, args[3], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
-        Value *dout = t_load(&b, args[4], idx, rows_cols, b_tile_type(&b, dt, BM, DV), 0);
+        RowBox box = row_box(&b, args, Hq, BM, sq);
+        Value *o = t_load(&b, args[3], box.idx, box.dims, b_tile_type(&b, dt, BM, DV), 0);
+        Value *dout = t_load(&b, args[4], box.idx, box.dims, b_tile_type(&b, dt, BM, DV), 0);
         Value *d = b_row_reduce(&b, "sum", b_bin(&b, OP_MUL, b_cast(&b, dout, F), b_cast(&b, o, F)));
-        t_store(&b, args[5], d, idx, row_vec);
+        t_store(&b, args[5], d, box.vidx, box.vdims);
         t_yield(&b, 0, NULL);
     }
     return pre;
@@ -245,14 +312,18 @@ static bool pipelined_fits(int64_t BM, int64_t BN, int64_t D, int64_t DV, int64_
     return 2 * (2 * BM * (D + DV) + BN * (D + DV) + BN * BM) + 4 * BM * D <= smem_limit;
 }
 
-/* tile.atomic_add of tile into mem at idx: a [rows, cols] box of its last
- * two dims, or (transposed) its rows along the last dim and its columns
- * along the one before. */
-static void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **idx, bool transposed) {
-    Value *ops[6] = {mem, tile, idx[0], idx[1], idx[2], idx[3]};
-    Op *add = op_create(b->a, OP_ATOMIC_ADD, 6, ops, 0, NULL, 0);
+/* tile.atomic_add of tile into mem at idx: a [rows, cols] box of dims
+ * (dims[0], dims[1]), or (transposed) its rows along dims[1] and its
+ * columns along dims[0]. */
+static void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **idx, const int *dims, bool transposed) {
+    int n = mem->type->rank;
+    Value **ops = NEW_ARRAY(b->a, Value *, n + 2);
+    ops[0] = mem;
+    ops[1] = tile;
+    memcpy(ops + 2, idx, sizeof(Value *) * (size_t)n);
+    Op *add = op_create(b->a, OP_ATOMIC_ADD, n + 2, ops, 0, NULL, 0);
     add->loc = b->loc;
-    int rows = transposed ? 3 : 2, cols = transposed ? 2 : 3;
+    int rows = dims[transposed], cols = dims[!transposed];
     op_set_attr(b->a, add, "dims", attr_array(b->a, 2, (Attr *[]){attr_int(b->a, rows), attr_int(b->a, cols)}));
     block_append(b->blk, add);
 }
@@ -280,13 +351,14 @@ static GroupCover group_cover(const Op *op, bool deterministic, int64_t BM, int6
 }
 
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN, GroupCover cover) {
+                           int64_t BN, GroupCover cover, const Seqs *sq) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
     ScalarKind dt = qt->elem, F = SK_F32;
     Dim Bd = qt->dims[0], Hq = qt->dims[1], Hk = kt->dims[1], Nq = qt->dims[2], Nk = kt->dims[2];
-    const int rows_cols[2] = {2, 3}, col_vec[2] = {-1, 2};
+    /* (packed sequences: rows along dim 0 of [T, H, D], lse and D [H, T]) */
+    const int rows_cols[2] = {sq ? 0 : 2, sq ? 2 : 3}, col_vec[2] = {-1, sq ? 1 : 2};
     Value **args;
     ScalarKind acc = op_attr(op, "acc")->type->elem;
     double scale = op_attr(op, "scale")->f;
@@ -294,6 +366,8 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
     Value **inputs = NEW_ARRAY(a, Value *, nin);
     Value *main_in[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5],
                          pre->results[0]};
+    for (int i = 0; sq && i < 5; i++)
+        main_in[i] = packed(op, i < 3 ? i : i + 1);
     memcpy(inputs, main_in, sizeof main_in);
     for (int i = 0; i < side->len; i++)
         inputs[6 + i] = side->items[i];
@@ -302,9 +376,18 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
     Type *main_t[3] = {head_blocks ? tensor4(a, F, Bd, Hk, Nk, kt->dims[3]) : (Type *)kt,
                        head_blocks ? tensor4(a, F, Bd, Hk, Nk, vt->dims[3]) : (Type *)vt,
                        tensor4(a, F, Bd, Hq, Nq, qt->dims[3])};
+    if (sq)
+        for (int i = 0; i < 3; i++) {
+            const Type *t = i == 2 ? sq->q : packed(op, 1 + i)->type;
+            main_t[i] = i < 2 && !head_blocks ? (Type *)t : type_with_elem(a, t, F);
+        }
     int nmain = deterministic ? 2 : 3;
     Value *kgrid[3] = {b_ceildiv(outer, b_dim(outer, Nk), BN),
                        b_bin(outer, OP_MUL, b_dim(outer, Bd), b_dim(outer, head_blocks ? Hq : Hk)), b_index(outer, 1)};
+    if (sq) {   /* every sequence's key tiles: at most ceil(Tk / BN) + B (sequence_of_tile) */
+        kgrid[0] = b_bin(outer, OP_ADD, b_ceildiv(outer, b_dim(outer, sq->k->dims[0]), BN), b_dim(outer, Bd));
+        kgrid[1] = b_dim(outer, head_blocks ? Hq : Hk);
+    }
     Op *mainl = make_launch(outer, op->loc, kgrid, nin, inputs, nmain, main_t,
                             head_blocks ? (const char *[]){"dk_acc", "dv_acc", "dq_acc"}
                                         : (const char *[]){op->results[1]->name, op->results[2]->name, "dq_acc"},
@@ -324,13 +407,29 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *HK = b_dim(&b, Hk), *G = b_bin(&b, OP_FLOORDIV, b_dim(&b, Hq), HK), *zero = b_index(&b, 0);
         Value *HY = head_blocks ? b_dim(&b, Hq) : HK;   /* the heads along grid y */
         Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HY), *hy = b_bin(&b, OP_REM, args[1], HY);
+        Value *j0 = NULL, *nq = NULL, *nk = NULL, *q_start = NULL, *k_start = NULL, *k_end = NULL;
+        if (sq) {   /* key tile j0 of sequence bi, its keys from row k_start of k, its queries from q_start */
+            Value *cu_q = map_get(&memrefs, sq->cu_q), *cu_k = map_get(&memrefs, sq->cu_k), *one = b_index(&b, 1);
+            hy = args[1];
+            bi = sequence_of_tile(&b, args[0], cu_k, b_dim(&b, Bd), BN, &j0);
+            Value *after = b_bin(&b, OP_ADD, bi, one);
+            q_start = read_index(&b, cu_q, 1, &bi), k_start = read_index(&b, cu_k, 1, &bi);
+            k_end = b_bin(&b, OP_MAX, read_index(&b, cu_k, 1, &after), k_start);
+            nk = b_bin(&b, OP_SUB, k_end, k_start);
+            nq = b_bin(&b, OP_MAX, b_bin(&b, OP_SUB, read_index(&b, cu_q, 1, &after), q_start), zero);
+        }
         Value *kh = head_blocks ? b_bin(&b, OP_FLOORDIV, hy, G) : hy;
-        Value *j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
+        if (!sq)
+            j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
         Value *ki[4] = {bi, kh, j0, zero};
+        if (sq)
+            ki[0] = b_bin(&b, OP_ADD, k_start, j0), ki[1] = kh, ki[2] = zero;
         Value *ktile = t_load(&b, K, ki, rows_cols, b_tile_type(&b, dt, BN, D), 0);
         Value *vtile = t_load(&b, V, ki, rows_cols, b_tile_type(&b, dt, BN, DV), 0);
         Value *j = b_bin(&b, OP_ADD, b_iota(&b, 0, BN, 1), j0);   /* keys down the rows */
-        Value *nq = b_dim(&b, Nq), *nk = b_dim(&b, Nk), *fzero = b_float(&b, acc, 0);
+        if (!sq)
+            nq = b_dim(&b, Nq), nk = b_dim(&b, Nk);
+        Value *fzero = b_float(&b, acc, 0);
         /* dK and dV: with an f16 accumulator, each query head's sum is its
          * own (in f16, as the unfused matmul's) and the group's heads are
          * added in f32, as attn.sum_heads does; with f32, one accumulator */
@@ -347,10 +446,14 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
         Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
-        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
+        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)}, *li[3] = {bi, h, m0};
+        if (sq) {
+            Value *row = b_bin(&mb, OP_ADD, q_start, m0);
+            qi[0] = row, qi[1] = h, qi[2] = b_index(&mb, 0);
+            li[0] = h, li[1] = row;
+        }
         Value *q = t_load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
         Value *dout = t_load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
-        Value *li[3] = {bi, h, m0};
         Value *lse = t_load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
@@ -358,7 +461,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *st = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops);
         Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
-        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, zeros);
+        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, zeros, sq);
         Value *p = sc.p;
         Value *pc = b_cast(&mb, p, dt);
         Value *dv_ops[3] = {pc, dout, mc[1]};
@@ -366,7 +469,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
         Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
-        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
+        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros, sq);
         Value *dsc = b_cast(&mb, ds, dt);
         Value *dk_ops[3] = {dsc, q, mc[0]};
         Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
@@ -386,7 +489,8 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
                 Value *dq_ops[3] = {kT, dsT, b_splat(&mb, b_float(&mb, acc, 0), D, BM)};
                 dq = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, D, BM), 3, dq_ops);
             }
-            t_atomic_add(&mb, DQ, b_cast(&mb, dq, F), (Value *[]){bi, h, m0, b_index(&mb, 0)}, BM != BN);
+            /* (packed sequences: rows past the sequence's end add their dS of 0) */
+            t_atomic_add(&mb, DQ, b_cast(&mb, dq, F), qi, rows_cols, BM != BN);
         }
         Value *next[2] = {dk, dv};
         t_yield(&mb, 2, next);
@@ -397,13 +501,22 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         if (!flat)
             t_yield(&gb, 2, gnext);
         Value *sums[2] = {flat ? gnext[0] : gl->results[0], flat ? gnext[1] : gl->results[1]};
-        if (head_blocks) {   /* this head's share, in f32 (kv_kernel scales and rounds the sum) */
-            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki, false);
-            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki, false);
+        if (head_blocks) {   /* this head's share, in f32 (kv_kernel scales and rounds the sum; packed
+                                sequences: rows past the sequence's end add their 0) */
+            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki, rows_cols, false);
+            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki, rows_cols, false);
         } else {
+            /* (packed sequences: not past the sequence's keys, the next sequence's rows) */
             Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, sums[0], F), b_float(&b, F, scale)), dt);
-            t_store(&b, DK, dkf, ki, rows_cols);
-            t_store(&b, DV_, b_cast(&b, b_cast(&b, sums[1], F), dt), ki, rows_cols);
+            if (sq)
+                t_store_bounded(&b, DK, dkf, ki, rows_cols, 0, k_end);
+            else
+                t_store(&b, DK, dkf, ki, rows_cols);
+            Value *dvf = b_cast(&b, b_cast(&b, sums[1], F), dt);
+            if (sq)
+                t_store_bounded(&b, DV_, dvf, ki, rows_cols, 0, k_end);
+            else
+                t_store(&b, DV_, dvf, ki, rows_cols);
         }
         t_yield(&b, 0, NULL);
     }
@@ -412,52 +525,46 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
 
 /* HEAD_BLOCKS's postprocess: dK = scale · dKacc and dV = dVacc, rounded
  * to their types, a key tile of a kv head a block. */
-static Op *kv_kernel(Builder *outer, const Op *op, Op *mainl, int64_t BN) {
+static Op *kv_kernel(Builder *outer, const Op *op, Op *mainl, int64_t BN, const Seqs *sq) {
     Arena *a = outer->a;
-    const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
+    const Type *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = kt->dims[3].size, DV = vt->dims[3].size;
     ScalarKind F = SK_F32;
-    Dim Bd = qt->dims[0], Hk = kt->dims[1], Nk = kt->dims[2];
     double scale = op_attr(op, "scale")->f;
-    const int rows_cols[2] = {2, 3};
     Value **args;
-    Value *grid[3] = {b_ceildiv(outer, b_dim(outer, Nk), BN), b_bin(outer, OP_MUL, b_dim(outer, Bd), b_dim(outer, Hk)),
-                      b_index(outer, 1)};
+    Value *grid[3];
+    row_grid(outer, sq ? sq->k : kt, BN, sq, grid);
     Value *in[2] = {mainl->results[0], mainl->results[1]};
-    Type *out_t[2] = {(Type *)kt, (Type *)vt};
+    Type *out_t[2] = {sq ? packed(op, 1)->type : (Type *)kt, sq ? packed(op, 2)->type : (Type *)vt};
     Op *kv = make_launch(outer, op->loc, grid, 2, in, 2, out_t,
                          (const char *[]){op->results[1]->name, op->results[2]->name}, &args);
     Builder b = {a, kv->regions[0].blocks[0], NULL, op->loc};
-    Value *idx[4];
-    query_tile_index(&b, args, Hk, BN, idx);
-    Value *dk = t_load(&b, args[3], idx, rows_cols, b_tile_type(&b, F, BN, D), 0);
-    Value *dv = t_load(&b, args[4], idx, rows_cols, b_tile_type(&b, F, BN, DV), 0);
-    t_store(&b, args[5], b_cast(&b, b_bin(&b, OP_MUL, dk, b_float(&b, F, scale)), kt->elem), idx, rows_cols);
-    t_store(&b, args[6], b_cast(&b, dv, vt->elem), idx, rows_cols);
+    RowBox box = row_box(&b, args, kt->dims[1], BN, sq);
+    Value *dk = t_load(&b, args[3], box.idx, box.dims, b_tile_type(&b, F, BN, D), 0);
+    Value *dv = t_load(&b, args[4], box.idx, box.dims, b_tile_type(&b, F, BN, DV), 0);
+    t_store(&b, args[5], b_cast(&b, b_bin(&b, OP_MUL, dk, b_float(&b, F, scale)), kt->elem), box.idx, box.dims);
+    t_store(&b, args[6], b_cast(&b, dv, vt->elem), box.idx, box.dims);
     t_yield(&b, 0, NULL);
     return kv;
 }
 
 /* postprocess: dQ = scale · dQacc, a query tile a block. */
-static Op *postprocess_kernel(Builder *outer, const Op *op, Op *mainl, Value **qgrid, int64_t BM) {
+static Op *postprocess_kernel(Builder *outer, const Op *op, Op *mainl, Value **qgrid, int64_t BM, const Seqs *sq) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type;
     const int64_t D = qt->dims[3].size;
     ScalarKind dt = qt->elem, F = SK_F32;
-    Dim Hq = qt->dims[1];
     double scale = op_attr(op, "scale")->f;
-    const int rows_cols[2] = {2, 3};
     Value **args;
     Op *post;
     Value *post_in[1] = {mainl->results[2]};
-    Type *dq_t = (Type *)qt;
+    Type *dq_t = sq ? (Type *)sq->q : (Type *)qt;
     post = make_launch(outer, op->loc, qgrid, 1, post_in, 1, &dq_t, (const char *[]){op->results[0]->name}, &args);
     {
         Builder b = {a, post->regions[0].blocks[0], NULL, op->loc};
-        Value *idx[4];
-        query_tile_index(&b, args, Hq, BM, idx);
-        Value *x = t_load(&b, args[3], idx, rows_cols, b_tile_type(&b, F, BM, D), 0);
-        t_store(&b, args[4], b_cast(&b, b_bin(&b, OP_MUL, x, b_float(&b, F, scale)), dt), idx, rows_cols);
+        RowBox box = row_box(&b, args, qt->dims[1], BM, sq);
+        Value *x = t_load(&b, args[3], box.idx, box.dims, b_tile_type(&b, F, BM, D), 0);
+        t_store(&b, args[4], b_cast(&b, b_bin(&b, OP_MUL, x, b_float(&b, F, scale)), dt), box.idx, box.dims);
         t_yield(&b, 0, NULL);
     }
     return post;
@@ -473,14 +580,6 @@ static void backward_tile(const PassContext *ctx, const Op *func, int64_t D, int
                                                            : t->bwd_tile;
     *BM = tile ? tile->elems[0]->i : def[0];
     *BN = tile ? tile->elems[1]->i : def[1];
-}
-
-/* The grid of a kernel with a program per `rows` query rows of one
- * (batch, head): [ceil(Nq / rows), B·Hq]. */
-static void query_grid(Builder *b, const Type *qt, int64_t rows, Value **grid) {
-    grid[0] = b_ceildiv(b, b_dim(b, qt->dims[2]), rows);
-    grid[1] = b_bin(b, OP_MUL, b_dim(b, qt->dims[0]), b_dim(b, qt->dims[1]));
-    grid[2] = b_index(b, 1);
 }
 
 /* The preprocess's and postprocess's query rows a program: row kernels,
@@ -499,21 +598,29 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     Builder outer = {a, NULL, NULL, op->loc};
     Block tmp = {0};
     outer.blk = &tmp;
-    Value *rgrid[3];
-    query_grid(&outer, qt, ROW_KERNEL_ROWS, rgrid);
-    Op *pre = preprocess_kernel(&outer, op, rgrid, ROW_KERNEL_ROWS);
-    block_append(&tmp, pre);
     PtrVec side = {0};
+    Seqs seqs, *sq = NULL;
+    if (padded(op, 0)) {   /* packed sequences: the kernels read the offsets; the key-count conjunct is theirs */
+        sq = &seqs;
+        seqs = (Seqs){packed(op, 0)->type, packed(op, 1)->type, padded(op, 0)->operands[1], padded(op, 1)->operands[1]};
+        drop_key_count(a, op, 2);
+    }
     collect_side_tensors(op, a, &side);
+    for (int i = 0; sq && i < 2; i++)
+        add_side_tensor(a, &side, i ? seqs.cu_k : seqs.cu_q);
+    Value *rgrid[3];
+    row_grid(&outer, sq ? sq->q : qt, ROW_KERNEL_ROWS, sq, rgrid);
+    Op *pre = preprocess_kernel(&outer, op, rgrid, ROW_KERNEL_ROWS, sq);
+    block_append(&tmp, pre);
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq);
     block_append(&tmp, mainl);
     /* dot-hoist's switch: the schedule's overlap(0|1), else the target's default */
     Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);
     bool hoist = overlap ? overlap->i != 0 : target_lookup(ctx->arch)->bwd_overlap;
     if (overlap || hoist)
         op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, hoist));
-    Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, ROW_KERNEL_ROWS) : mainl;   /* (dk, dv its results 0, 1) */
+    Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, ROW_KERNEL_ROWS, sq) : mainl;   /* (dk, dv its results 0, 1) */
     if (kv != mainl)
         block_append(&tmp, kv);
     Op *post;
@@ -524,10 +631,14 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
         int64_t smem = 2 * (BM * (D + DV) + 3 * BN * (D + DV));
         int64_t dq_bn = smem > target_lookup(ctx->arch)->smem_limit ? BN / 2 : BN;
         Value *dgrid[3];
-        query_grid(&outer, qt, BM, dgrid);
-        post = dq_kernel(ctx, &outer, op, dgrid, pre->results[0], &side, BM, dq_bn);
+        row_grid(&outer, qt, BM, false, dgrid);
+        if (sq) {   /* every sequence's query tiles: at most ceil(Tq / BM) + B (sequence_of_tile) */
+            dgrid[0] = b_bin(&outer, OP_ADD, b_ceildiv(&outer, b_dim(&outer, sq->q->dims[0]), BM), b_dim(&outer, qt->dims[0]));
+            dgrid[1] = b_dim(&outer, qt->dims[1]);
+        }
+        post = dq_kernel(ctx, &outer, op, dgrid, pre->results[0], &side, BM, dq_bn, sq);
     } else {
-        post = postprocess_kernel(&outer, op, mainl, rgrid, ROW_KERNEL_ROWS);
+        post = postprocess_kernel(&outer, op, mainl, rgrid, ROW_KERNEL_ROWS, sq);
     }
     block_append(&tmp, post);
     replace_with(ctx, op, &tmp, (Value *[]){post->results[0], kv->results[0], kv->results[1]});

@@ -16,6 +16,9 @@ incoming gradient may be strided views (doc/runtime.md's rules), read with
 no copy; o and dq, dk, dv take the memory layout of q, k and v where those
 are dense (torch.empty_like), so that a model that made q as [B, N, H, D]
 and transposed it gets o and dq back in that layout, ready to reshape.
+A block of packed sequences (sequences(cu_q, cu_k): q [Tq, H, D], lse
+[H, Tq]) takes its offsets as side inputs; the rows of q, k and v in no
+sequence (past the last offset) get a gradient of 0.
 """
 import itertools
 
@@ -35,13 +38,22 @@ def make_function(module, block):
     if len(outs) != 2 or len(ins) < 3:
         raise ValueError(f"block '{block}' is not an attention block with o and lse")
     name = f"{block}_{next(_count)}"
+    packed = len(outs[1][2]) == 2   # packed sequences: lse [H, Tq]
 
     def outputs_like(q, v):
         """o in q's memory layout (empty_like keeps a dense view's strides:
         q made [B, N, H, D] and transposed gives o the same, whose transpose
         back is contiguous), and lse."""
         o = torch.empty_like(q) if q.shape[-1] == v.shape[-1] else q.new_empty(q.shape[:-1] + v.shape[-1:])
-        return o, q.new_empty(q.shape[:-1], dtype=torch.float32)
+        lse_shape = (q.shape[1], q.shape[0]) if packed else q.shape[:-1]
+        return o, q.new_empty(lse_shape, dtype=torch.float32)
+
+    def gradients_like(q, k, v):
+        """dq, dk, dv, each in its input's layout (as outputs_like); of
+        packed sequences zero to start: the block leaves rows of no
+        sequence unwritten."""
+        make = torch.zeros_like if packed else torch.empty_like
+        return [make(t) for t in (q, k, v)]
 
     @torch.library.custom_op(f"attnc::{name}", mutates_args=())
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -58,7 +70,7 @@ def make_function(module, block):
     def backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, side: list[torch.Tensor],
                     o: torch.Tensor, lse: torch.Tensor,
                     do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        grads = [torch.empty_like(t) for t in (q, k, v)]   # each in its input's layout, as outputs_like
+        grads = gradients_like(q, k, v)
         module.run(block + ".backward", q, k, v, *side, o, lse, do, out=grads)
         return tuple(grads)
 

@@ -44,15 +44,23 @@ sequences end to end, cu_seqlens_q and cu_seqlens_k int32 [B + 1] their
 offsets (sequence b is rows cu_seqlens_q[b] to cu_seqlens_q[b + 1] of q);
 o is [total_q, H, Dv] and lse f32 [H, total_q]. The options align to each
 sequence's own lengths; passing one tensor as both offsets (self-attention)
-makes the causal mask plain j <= i. No key_mask (the offsets say which keys
-there are), no backward yet, and no max_seqlen: the kernels find each
-sequence's tiles from the offsets:
+makes the causal mask plain j <= i. Differentiable in q, k and v (rows of
+no sequence get a gradient of 0). No key_mask (the offsets say which keys
+there are) and no max_seqlen: the kernels find each sequence's tiles from
+the offsets:
 
     o = attnc.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True)
 """
 import math
 
 _LAYOUTS = ("bhnd", "bnhd")
+# The target packed sequences compile for on Hopper: sm_80 (its PTX runs
+# there, the forward's checked on the H200) until sm_90a's kernels of
+# packed sequences are checked on a GPU (its warp-specialised forward hung
+# where a sequence spans several tiles, bench/results/2026-12-06-h200-varlen/;
+# the plain TMA kernel sm_90a now makes is unchecked); the GPU checks set
+# it to "sm_90a" to check those.
+PACKED_ON_HOPPER = "sm_80"
 _modules = {}   # (source, arch, backward) -> (module, differentiable function or None)
 
 
@@ -371,20 +379,18 @@ def _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, s
     sequences = _check_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, layout)
     alibi = _check_slopes(alibi_slopes, q.shape[1], cu_seqlens_q.shape[0] - 1, q.device)
     score, mask, captured = _trace_mods(score_mod, mask_mod, softcap, alibi, q)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise _error("packed sequences (cu_seqlens) have no backward yet; call under torch.no_grad()")
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     dtype = "f16" if q.dtype == torch.float16 else "bf16"
     name, text = block_source(q.shape[1], k.shape[1], q.shape[2], v.shape[2], dtype, window, softcap, scale, alibi,
                               False, score, mask, [(n, ty) for n, _, ty in captured], sequences=sequences)
-    # on Hopper the sm_80 kernel (its PTX runs there, checked on the H200):
-    # sm_90a's warp-specialised kernel of packed sequences hung where a
-    # sequence spans several tiles, and its plain TMA kernel is not yet
-    # checked on the GPU (bench/results/2026-12-06-h200-varlen/NOTES.md)
     arch = target_of(q.device)
-    mod, _ = _module(text, name, q.device, False, "sm_80" if arch == "sm_90a" else arch)
+    mod, fn = _module(text, name, q.device, grad, PACKED_ON_HOPPER if arch == "sm_90a" else arch)
     offsets = [cu_seqlens_q] if sequences == "one" else [cu_seqlens_q, cu_seqlens_k]
     side = offsets + [t for t in (alibi_slopes,) if t is not None] + [t for _, t, _ in captured]
-    o = torch.empty_like(q) if q.shape[2] == v.shape[2] else q.new_empty(q.shape[:2] + v.shape[2:])
-    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-    mod.run(name, q, k, v, *side, out=[o, lse])
+    if fn is not None:
+        o, lse = fn.op(q, k, v, side)
+    else:
+        o = torch.empty_like(q) if q.shape[2] == v.shape[2] else q.new_empty(q.shape[:2] + v.shape[2:])
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+        mod.run(name, q, k, v, *side, out=[o, lse])
     return (o, lse) if return_lse else o

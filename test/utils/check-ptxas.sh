@@ -2,7 +2,7 @@
 # check-ptxas.sh ATTNC PTXAS EXAMPLES_DIR ARCH [ATTNC_FLAG]
 # Compiles every example for ARCH (sm_70, sm_80, sm_90a; with ATTNC_FLAG,
 # e.g. -backward, given to attnc; -backward leaves out the examples of a
-# paged KV cache and of packed sequences, which have none) and assembles the
+# paged KV cache, which have none) and assembles the
 # PTX with a CUDA 12 ptxas; prints per kernel: registers, spill bytes, shared
 # memory. Fails if attnc or ptxas fails, or if the PTX touches local memory.
 set -e
@@ -12,8 +12,8 @@ mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 for f in "$dir"/*.attn; do
   n=$(basename "$f" .attn)
-  # a paged KV cache and packed sequences have no backward (attnc refuses -backward: doc/dsl.md)
-  if [ "$flag" = -backward ] && grep -qE '^ *(pages|sequences)\(' "$f"; then continue; fi
+  # a paged KV cache has no backward (attnc refuses -backward: doc/dsl.md)
+  if [ "$flag" = -backward ] && grep -qE '^ *pages\(' "$f"; then continue; fi
   "$attnc" "$f" -arch "$arch" $flag -o "$tmp/$n.ptx"
   if grep -q '\.local' "$tmp/$n.ptx"; then echo "$n: the PTX uses local memory"; exit 1; fi
   "$ptxas" -arch="$arch" -v "$tmp/$n.ptx" -o "$tmp/$n.cubin" 2>"$tmp/$n.log" || { cat "$tmp/$n.log"; exit 1; }
