@@ -17,6 +17,7 @@ poisoned with NaN before the run, and the error is the max |attnc - float64|.
 (matmuls in f16 with cuBLAS' f32 accumulation, softmax in f32, P in f16).
 Prints one line per case, a table last, and writes the log under DIR.
 """
+import itertools
 import math
 import os
 import re
@@ -438,6 +439,63 @@ def paged_cases(rep, kit, tmp, quick):
     expect("cache pages", lambda: mod.run(name, q, kc, kc[:4], table, lens), "input 'v'", "P")
 
 
+def varlen_src(name, H, HKV, D, schedule):
+    """Packed sequences' cross attention (sequences(cu_q, cu_k), doc/dsl.md),
+    causal aligned to each sequence's last key, with a schedule line for
+    the target ("": the default kernel)."""
+    sched = f"\nschedule {name} for {ARCH} {{ {schedule} }}\n" if schedule else ""
+    return (f"attention {name}(q: {DTN}[TQ, {H}, {D}], k: {DTN}[TK, {HKV}, {D}], v: {DTN}[TK, {HKV}, {D}], "
+            f"cu_q: i32[S], cu_k: i32[S])\n    -> (o: {DTN}[TQ, {H}, {D}], lse: f32[{H}, TQ]) {{\n"
+            f"  sequences(cu_q, cu_k);\n"
+            f"  mask(b, h, i, j) = j <= i + (cu_k[b + 1] - cu_k[b]) - (cu_q[b + 1] - cu_q[b]);\n}}\n{sched}")
+
+
+def varlen_cases(rep, kit, tmp, quick):
+    """Packed sequences: each sequence's o and lse against float64 attention
+    of its own rows (bottom-right causal), sequences of several tiles, one
+    row and none (o = 0, lse = -inf where no key), outputs poisoned with
+    NaN so a row written twice wrong or not at all shows; on sm_90a each
+    kernel: the default, the plain TMA one (producer(0)) and the
+    warp-specialised persistent one (producer(1))."""
+    schedules = ["", "producer(0);", "producer(1);"] if ARCH == "sm_90a" else [""]
+    lengths = [([300, 0, 1, 129, 1000, 77], None), ([5, 200, 64, 1], [700, 150, 0, 33]),
+               ([4096, 1500, 2600, 3], None)]
+    for H, HKV, D in ((8, 2, 128), (6, 2, 64)):
+        for si, schedule in enumerate(schedules):
+            name = f"varlen_{H}_{HKV}_d{D}_s{si}"
+            mod = compile_src(kit, tmp, name, varlen_src(name, H, HKV, D, schedule))
+            for qlens, klens in lengths[: 2 if quick else None]:
+                klens = klens or qlens
+                g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name}{qlens}".encode()))
+                cu = [torch.tensor([0] + list(itertools.accumulate(x)), device="cuda", dtype=torch.int32)
+                      for x in (qlens, klens)]
+                TQ, TK = int(cu[0][-1]), int(cu[1][-1])
+                q = (torch.rand(TQ, H, D, device="cuda", generator=g) * 2 - 1).to(DT)
+                k, v = ((torch.rand(TK, HKV, D, device="cuda", generator=g) * 2 - 1).to(DT) for _ in range(2))
+                o = torch.full((TQ, H, D), float("nan"), device="cuda", dtype=DT)
+                lse = torch.full((H, TQ), float("nan"), device="cuda", dtype=torch.float32)
+                mod.run(name, q, k, v, cu[0], cu[1], out=[o, lse])
+                torch.cuda.synchronize()
+                shape = f"H{H}/{HKV} D{D} {schedule or 'default'}"
+                worst, worst_ref, worst_l, worst_lref = 0.0, 0.0, 0.0, 0.0
+                for b, (L, M) in enumerate(zip(qlens, klens)):
+                    if L == 0:
+                        continue
+                    q0, k0 = int(cu[0][b]), int(cu[1][b])
+                    qb = q[q0:q0 + L].transpose(0, 1).unsqueeze(0)
+                    kb, vb = (t[k0:k0 + M].transpose(0, 1).unsqueeze(0) for t in (k, v))
+                    mask_fn = lambda bb, h, i, j: j <= i + (M - L)   # noqa: E731
+                    o64, lse64 = attention_ref(qb, kb, vb, D ** -0.5, mask_fn, None, torch.float64)
+                    olo, lselo = attention_ref(qb, kb, vb, D ** -0.5, mask_fn, None, None)
+                    worst = max(worst, max_err(o[q0:q0 + L].transpose(0, 1).unsqueeze(0), o64))
+                    worst_ref = max(worst_ref, max_err(olo, o64))
+                    worst_l = max(worst_l, max_err(lse[:, q0:q0 + L].unsqueeze(0), lse64))
+                    worst_lref = max(worst_lref, max_err(lselo, lse64))
+                rep.add(f"{name} o {len(qlens)} seqs", shape, worst, worst_ref, 2 * worst_ref + 1e-5, str(qlens)[:40])
+                rep.add(f"{name} lse {len(qlens)} seqs", shape, worst_l, worst_lref, 2 * worst_lref + 1e-5,
+                        str(klens)[:40])
+
+
 def binding_errors(rep, tmp):
     """The Python binding refuses bad arguments with AttncError naming them."""
     name = "bind_check"
@@ -684,7 +742,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--arch", default="sm_70", choices=["sm_70", "sm_80", "sm_90a"])
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
-    ap.add_argument("--only", choices=["attention", "strided", "paged", "mlp", "emulation", "sanitize"], default=None)
+    ap.add_argument("--only", choices=["attention", "strided", "paged", "varlen", "mlp", "emulation", "sanitize"],
+                    default=None)
     args = ap.parse_args()
     global ARCH, DT, DTN, F16ACC, REF_ON_CPU
     ARCH, DTN = args.arch, args.dtype
@@ -704,6 +763,8 @@ def main():
         strided_cases(rep, args.kit, tmp)
     if args.only in (None, "paged"):
         paged_cases(rep, args.kit, tmp, args.quick)
+    if args.only in (None, "varlen"):
+        varlen_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "mlp"):
         mlp_cases(rep, args.kit, tmp, args.quick)
     if args.only in (None, "emulation") and F16ACC:

@@ -62,8 +62,9 @@ static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
  * their sequence; the key-tile kernel and the deterministic dQ kernel
  * make a program per tile of every sequence (sequence_of_tile), whose rows
  * past the sequence's end are another sequence's or no sequence's: masked
- * as keys past Nk are, their P and dS selected to 0 (D and lse there may
- * be anything: rows of no sequence are never written by the forward). */
+ * as queries past Nq are, and their lse and D (anything there, NaN too:
+ * the forward writes no row of no sequence) made 0, so that their P and dS
+ * are 0. */
 typedef struct Seqs {
     const Type *q, *k;    /* the packed q and k */
     Value *cu_q, *cu_k;   /* the offsets (side tensors of the kernels) */
@@ -85,7 +86,7 @@ typedef struct BwdScores {
 } BwdScores;
 
 static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, double scale, Value *bi, Value *h,
-                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, Value *zeros, const Seqs *sq) {
+                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
     const double log2e = 1.4426950408889634;
     ScalarKind acc = dot->type->elem;
     Value *s = b_bin(b, OP_MUL, dot, b_float(b, acc, scale));
@@ -131,8 +132,6 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, 
     lse2 = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse2);
     if (valid && fold)
         lse2 = b_select(b, valid, lse2, inf);
-    else if (valid && sq)   /* (a row of no sequence: its lse may be anything, NaN too) */
-        lse2 = b_select(b, valid, lse2, b_float(b, SK_F32, 0));
     r.p = b_unary(b, OP_EXP2, b_bin(b, OP_SUB, s2, lse2));
     return r;
 }
@@ -140,17 +139,16 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, 
 /* dS = P ∘ (dP − D) ∘ score'(S before the hook), in f32. A hidden score
  * (past Nk or Nq, or masked) has P = 0 but its hook's derivative may be
  * infinite there (s / temp[j] with temp read as 0 past its end, sqrt(|s|)
- * at s = 0), and 0 · ∞ is NaN: its dS is selected to 0, not multiplied;
- * so is D's, of packed sequences (Seqs). */
+ * at s = 0), and 0 · ∞ is NaN: its dS is selected to 0, not multiplied. */
 static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, Value *dp, Value *delta, Value *bi,
-                          Value *h, Value *i, Value *j, Value *zeros, const Seqs *sq) {
+                          Value *h, Value *i, Value *j, Value *zeros) {
     Value *ds = b_bin(b, OP_MUL, sc.p, b_bin(b, OP_SUB, dp, delta));
     if (op->regions[1].nblocks) {
         Value *hargs[5] = {b_cast(b, sc.pre, SK_F32), bi, h, i, j};
         ds = b_bin(b, OP_MUL, ds, b_bin(b, OP_ADD, vectorise(b, op->regions[1].blocks[0], hargs, memrefs), zeros));
+        if (sc.valid)
+            ds = b_select(b, sc.valid, ds, b_float(b, SK_F32, 0));
     }
-    if (sc.valid && (op->regions[1].nblocks || sq))   /* (packed sequences: D of a row of no sequence, anything) */
-        ds = b_select(b, sc.valid, ds, b_float(b, SK_F32, 0));
     return ds;
 }
 
@@ -228,11 +226,11 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *st = b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops);
         BwdScores sc = backward_p(&body, op, &memrefs, st, scale, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse,
-                                  zeros, sq);
+                                  zeros);
         Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
         Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *dp = b_cast(&body, b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, dp_ops), F);
-        Value *ds = backward_ds(&body, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros, sq);
+        Value *ds = backward_ds(&body, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
         Value *dq_ops[3] = {b_cast(&body, ds, dt), ktile, c[0]};
         Value *next = b_emit(&body, OP_DOT, c[0]->type, 3, dq_ops);
         t_yield(&body, 1, &next);
@@ -457,11 +455,17 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *lse = t_load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
+        if (sq) {   /* rows past the sequence's end: lse and D of another sequence, or of none (anything, NaN
+                       too), made 0, so that their P and dS are 0 (P is masked; D multiplies it) */
+            Value *mine = b_cmp(&mb, "lt", i, nq), *fz = b_float(&mb, F, 0);
+            lse = b_select(&mb, mine, lse, fz);
+            delta = b_select(&mb, mine, delta, fz);
+        }
         Value *qT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BM), 1, &q);
         Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *st = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops);
         Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
-        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, zeros, sq);
+        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, zeros);
         Value *p = sc.p;
         Value *pc = b_cast(&mb, p, dt);
         Value *dv_ops[3] = {pc, dout, mc[1]};
@@ -469,7 +473,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
         Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
-        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros, sq);
+        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
         Value *dsc = b_cast(&mb, ds, dt);
         Value *dk_ops[3] = {dsc, q, mc[0]};
         Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
