@@ -421,8 +421,6 @@ def main():
     args = ap.parse_args()
     common.use_kit(args.kit)
     common.use_arch(args.arch)
-    if args.arch == "sm_90a":   # packed sequences too (attnc.attention takes sm_80's for them on Hopper for now)
-        functional.PACKED_ON_HOPPER = "sm_90a"
     arch = functional.target_of(torch.device("cuda"))
     dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
     gc.DT = dtype

@@ -328,10 +328,10 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
      * rows, it gains nothing from a producer and loses registers to it,
      * spilling at head dim 128) */
     /* (packed sequences, whose stores a sequence's end bounds, neither:
-     * their warp-specialised persistent kernel hung on the H200 where a
-     * sequence spans several tiles, 2026-12-06,
-     * bench/results/2026-12-06-h200-varlen/NOTES.md; the plain TMA kernel
-     * is the paged split kernels' kind) */
+     * the plain TMA kernel, the paged split kernels' kind, is the one
+     * timed, bench/results/2026-12-07-h100-varlen/; the warp-specialised
+     * persistent one passes the same checks since codegen/tma.c's release
+     * fix, not yet timed) */
     bool specialise = ws ? ws->i != 0 : (wide || band) && !consumers_write_shared(body) && !bounded_stores(body);
     if (specialise) {
         op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));

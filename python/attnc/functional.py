@@ -54,13 +54,6 @@ the offsets:
 import math
 
 _LAYOUTS = ("bhnd", "bnhd")
-# The target packed sequences compile for on Hopper: sm_80 (its PTX runs
-# there, the forward's checked on the H200) until sm_90a's kernels of
-# packed sequences are checked on a GPU (its warp-specialised forward hung
-# where a sequence spans several tiles, bench/results/2026-12-06-h200-varlen/;
-# the plain TMA kernel sm_90a now makes is unchecked); the GPU checks set
-# it to "sm_90a" to check those.
-PACKED_ON_HOPPER = "sm_80"
 _modules = {}   # (source, arch, backward) -> (module, differentiable function or None)
 
 
@@ -354,12 +347,11 @@ def attention(q, k, v, *, causal=False, window=None, softcap=None, scale=None, a
     return (o, lse) if return_lse else o
 
 
-def _module(text, name, device, grad, arch=None):
+def _module(text, name, device, grad):
     """The block's module (compiled once a process, and through the disk
-    cache) for `arch` (default: the device's) and, with grad, its
-    differentiable function."""
+    cache) and, with grad, its differentiable function."""
     from . import compile_text
-    arch = arch or target_of(device)
+    arch = target_of(device)
     entry = _modules.get((text, arch, grad))
     if entry is None:
         mod = compile_text(text, arch=arch, backward=grad)
@@ -383,8 +375,7 @@ def _attention_packed(q, k, v, window, softcap, scale, alibi_slopes, key_mask, s
     dtype = "f16" if q.dtype == torch.float16 else "bf16"
     name, text = block_source(q.shape[1], k.shape[1], q.shape[2], v.shape[2], dtype, window, softcap, scale, alibi,
                               False, score, mask, [(n, ty) for n, _, ty in captured], sequences=sequences)
-    arch = target_of(q.device)
-    mod, fn = _module(text, name, q.device, grad, PACKED_ON_HOPPER if arch == "sm_90a" else arch)
+    mod, fn = _module(text, name, q.device, grad)
     offsets = [cu_seqlens_q] if sequences == "one" else [cu_seqlens_q, cu_seqlens_k]
     side = offsets + [t for t in (alibi_slopes,) if t is not None] + [t for _, t, _ in captured]
     if fn is not None:
