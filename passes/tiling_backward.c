@@ -266,7 +266,7 @@ static RowBox row_box(Builder *b, Value **args, Dim heads, int64_t rows, bool se
     return (RowBox){{bi, h, r0, zero}, {bi, h, r0}, {2, 3}, {2, -1}};
 }
 
-/* The grid of a row kernel over t (the [B, H, N, D] view, or with sq
+/* The grid of a row kernel over t (the [B, H, N, D] view, or with seqs
  * its packed [T, H, D]), `rows` rows a program (row_box). */
 static void row_grid(Builder *b, const Type *t, int64_t rows, bool seqs, Value **grid) {
     grid[0] = b_ceildiv(b, b_dim(b, t->dims[seqs ? 0 : 2]), rows);
