@@ -53,17 +53,27 @@ Value *t_load(Builder *b, Value *mem, Value **index, const int *dims, Type *t, d
     return r;
 }
 
-void t_store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims) {
+/* tile.store or tile.atomic_add (kind) of tile into mem at index: its rows
+ * along memref dimension dims[0], its columns along dims[1]. */
+static void write_box(Builder *b, OpKind kind, Value *mem, Value *tile, Value **index, const int *dims) {
     int n = mem->type->rank;
     Value **ops = NEW_ARRAY(b->a, Value *, n + 2);
     ops[0] = mem;
     ops[1] = tile;
     memcpy(ops + 2, index, sizeof(Value *) * (size_t)n);
-    Op *op = op_create(b->a, OP_STORE, n + 2, ops, 0, NULL, 0);
+    Op *op = op_create(b->a, kind, n + 2, ops, 0, NULL, 0);
     op->loc = b->loc;
     Attr *d[2] = {attr_int(b->a, dims[0]), attr_int(b->a, dims[1])};
     op_set_attr(b->a, op, "dims", attr_array(b->a, 2, d));
     block_append(b->blk, op);
+}
+
+void t_store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims) {
+    write_box(b, OP_STORE, mem, tile, index, dims);
+}
+
+void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **index, const int *dims) {
+    write_box(b, OP_ATOMIC_ADD, mem, tile, index, dims);
 }
 
 /* A t_store that writes no element at or past `bound` along memref

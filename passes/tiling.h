@@ -31,6 +31,7 @@ typedef struct Segment {
  * builder made; the tile sizes */
 Value *t_load(Builder *b, Value *mem, Value **index, const int *dims, Type *t, double pad);
 void t_store(Builder *b, Value *mem, Value *tile, Value **index, const int *dims);
+void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **index, const int *dims);   /* (t_store's box) */
 void t_store_bounded(Builder *b, Value *mem, Value *tile, Value **index, const int *dims, int bound_dim,
                      Value *bound);
 void t_yield(Builder *b, int n, Value **vals);
@@ -62,6 +63,13 @@ int key_segments(Builder *b, const Op *att, int mask_region, Value *r0, int64_t 
 const Op *padded(const Op *att, int operand);
 Value *read_index(Builder *b, Value *mem, int n, Value **idx);
 Value *sequence_of_tile(Builder *b, Value *p, Value *cu, Value *B, int64_t rows, Value **r0);
+/* query tile p of `rows` rows (sequence_of_tile over cu_q): its sequence,
+ * first row in it, the sequence's first rows of q and k, its key count and
+ * the end of its rows of q */
+typedef struct QueryTile {
+    Value *seq, *r0, *q_start, *k_start, *nk, *q_end;
+} QueryTile;
+QueryTile sequence_query_tile(Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B, int64_t rows);
 void drop_key_count(Arena *a, Op *att, int mask_region);
 
 /* one file each: a kind of op made a tile.launch */

@@ -259,17 +259,24 @@ Value *sequence_of_tile(Builder *b, Value *p, Value *cu, Value *B, int64_t rows,
     return scan->results[0];
 }
 
-/* The forward's query tile p (sequence_of_tile over cu_q): sets t's batch,
- * rows and starts and its key count; returns the end of its sequence's
- * rows in q (stores stop there). */
-static Value *sequence_tile(AttnTile *t, Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B) {
+QueryTile sequence_query_tile(Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B, int64_t rows) {
     Value *zero = b_index(b, 0), *one = b_index(b, 1);
-    t->bi = sequence_of_tile(b, p, cu_q, B, t->BM, &t->r0);
-    Value *after = b_bin(b, OP_ADD, t->bi, one);
-    t->q_start = read_index(b, cu_q, 1, &t->bi);
-    t->k_start = read_index(b, cu_k, 1, &t->bi);
-    t->nk = b_bin(b, OP_MAX, b_bin(b, OP_SUB, read_index(b, cu_k, 1, &after), t->k_start), zero);
-    return b_bin(b, OP_MAX, read_index(b, cu_q, 1, &after), t->q_start);
+    QueryTile t;
+    t.seq = sequence_of_tile(b, p, cu_q, B, rows, &t.r0);
+    Value *after = b_bin(b, OP_ADD, t.seq, one);
+    t.q_start = read_index(b, cu_q, 1, &t.seq);
+    t.k_start = read_index(b, cu_k, 1, &t.seq);
+    t.nk = b_bin(b, OP_MAX, b_bin(b, OP_SUB, read_index(b, cu_k, 1, &after), t.k_start), zero);
+    t.q_end = b_bin(b, OP_MAX, read_index(b, cu_q, 1, &after), t.q_start);
+    return t;
+}
+
+/* The forward's query tile p: sets t's batch, rows and starts and its key
+ * count; returns the end of its sequence's rows in q (stores stop there). */
+static Value *sequence_tile(AttnTile *t, Builder *b, Value *p, Value *cu_q, Value *cu_k, Value *B) {
+    QueryTile qt = sequence_query_tile(b, p, cu_q, cu_k, B, t->BM);
+    t->bi = qt.seq, t->r0 = qt.r0, t->q_start = qt.q_start, t->k_start = qt.k_start, t->nk = qt.nk;
+    return qt.q_end;
 }
 
 /* The attn.unpad of v in func (packed sequences' outputs), or NULL. */

@@ -189,15 +189,12 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
     }
     Value *qi[4] = {bi, h, r0, zero}, *li[3] = {bi, h, r0};
-    if (sq) {   /* query tile r0 of sequence bi (sequence_of_tile), its rows from q_start, its keys from k_start */
-        Value *cu_q = map_get(&memrefs, sq->cu_q), *cu_k = map_get(&memrefs, sq->cu_k), *one = b_index(&b, 1);
+    if (sq) {   /* query tile r0 of sequence bi, its rows from q_start, its keys from k_start */
         h = args[1];
-        bi = sequence_of_tile(&b, args[0], cu_q, b_dim(&b, qt->dims[0]), BM, &r0);
-        Value *after = b_bin(&b, OP_ADD, bi, one), *q_start = read_index(&b, cu_q, 1, &bi);
-        k_start = read_index(&b, cu_k, 1, &bi);
-        nk = b_bin(&b, OP_MAX, b_bin(&b, OP_SUB, read_index(&b, cu_k, 1, &after), k_start), zero);
-        q_end = b_bin(&b, OP_MAX, read_index(&b, cu_q, 1, &after), q_start);
-        Value *row = b_bin(&b, OP_ADD, q_start, r0);
+        QueryTile t = sequence_query_tile(&b, args[0], map_get(&memrefs, sq->cu_q), map_get(&memrefs, sq->cu_k),
+                                          b_dim(&b, qt->dims[0]), BM);
+        bi = t.seq, r0 = t.r0, k_start = t.k_start, nk = t.nk, q_end = t.q_end;
+        Value *row = b_bin(&b, OP_ADD, t.q_start, r0);
         qi[0] = row, qi[1] = h, qi[2] = zero;
         li[0] = h, li[1] = row;
         kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
@@ -308,22 +305,6 @@ static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_
  * of its 96). */
 static bool pipelined_fits(int64_t BM, int64_t BN, int64_t D, int64_t DV, int64_t smem_limit) {
     return 2 * (2 * BM * (D + DV) + BN * (D + DV) + BN * BM) + 4 * BM * D <= smem_limit;
-}
-
-/* tile.atomic_add of tile into mem at idx: a [rows, cols] box of dims
- * (dims[0], dims[1]), or (transposed) its rows along dims[1] and its
- * columns along dims[0]. */
-static void t_atomic_add(Builder *b, Value *mem, Value *tile, Value **idx, const int *dims, bool transposed) {
-    int n = mem->type->rank;
-    Value **ops = NEW_ARRAY(b->a, Value *, n + 2);
-    ops[0] = mem;
-    ops[1] = tile;
-    memcpy(ops + 2, idx, sizeof(Value *) * (size_t)n);
-    Op *add = op_create(b->a, OP_ATOMIC_ADD, n + 2, ops, 0, NULL, 0);
-    add->loc = b->loc;
-    int rows = dims[transposed], cols = dims[!transposed];
-    op_set_attr(b->a, add, "dims", attr_array(b->a, 2, (Attr *[]){attr_int(b->a, rows), attr_int(b->a, cols)}));
-    block_append(b->blk, add);
 }
 
 /* How the key-tile kernel covers a kv head's group of query heads. */
@@ -494,7 +475,8 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
                 dq = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, D, BM), 3, dq_ops);
             }
             /* (packed sequences: rows past the sequence's end add their dS of 0) */
-            t_atomic_add(&mb, DQ, b_cast(&mb, dq, F), qi, rows_cols, BM != BN);
+            const int dq_dims[2] = {rows_cols[BM != BN], rows_cols[BM == BN]};   /* (dQᵀ: its rows along the columns) */
+            t_atomic_add(&mb, DQ, b_cast(&mb, dq, F), qi, dq_dims);
         }
         Value *next[2] = {dk, dv};
         t_yield(&mb, 2, next);
@@ -507,8 +489,8 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *sums[2] = {flat ? gnext[0] : gl->results[0], flat ? gnext[1] : gl->results[1]};
         if (head_blocks) {   /* this head's share, in f32 (kv_kernel scales and rounds the sum; packed
                                 sequences: rows past the sequence's end add their 0) */
-            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki, rows_cols, false);
-            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki, rows_cols, false);
+            t_atomic_add(&b, DK, b_cast(&b, sums[0], F), ki, rows_cols);
+            t_atomic_add(&b, DV_, b_cast(&b, sums[1], F), ki, rows_cols);
         } else {
             /* (packed sequences: not past the sequence's keys, the next sequence's rows) */
             Value *dkf = b_cast(&b, b_bin(&b, OP_MUL, b_cast(&b, sums[0], F), b_float(&b, F, scale)), dt);
