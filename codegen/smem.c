@@ -85,11 +85,25 @@ void smem_release(Cg *cg, int index) {
     cg->nlive = k;
 }
 
+/* The value whose memory a tile reads in place, if it is a view: a load
+ * the dots read from shared memory (nv.operand "smem", "smem.trans"), or a
+ * transpose of a view. Its buffer lives as long as the view. */
+static const Value *viewed(const Value *v) {
+    const Op *def = v->def;
+    if (def && def->kind == OP_TRANS)
+        return def->operands[0];
+    Attr *operand = def && def->kind == OP_LOAD ? op_attr(def, "nv.operand") : NULL;
+    return operand && strncmp(operand->s, "smem", 4) == 0 ? def->operands[0] : NULL;
+}
+
 /* Records, for every value used in op (and the ops inside it), that top-level
- * op `index` uses it. */
+ * op `index` uses it; a view's use is its buffer's too (a K tile TMA
+ * loaded once and read in the loop: its buffer is not reused by the
+ * loop's scratch copies). */
 void note_uses(Cg *cg, const Op *op, int index) {
     for (int i = 0; i < op->noperands; i++)
-        map_put(cg->a, &cg->last_use, op->operands[i], (void *)(intptr_t)(index + 1));
+        for (const Value *v = op->operands[i]; v; v = viewed(v))
+            map_put(cg->a, &cg->last_use, v, (void *)(intptr_t)(index + 1));
     for (int r = 0; r < op->nregions; r++)
         for (int b = 0; b < op->regions[r].nblocks; b++)
             for (const Op *o = op->regions[r].blocks[b]->first; o; o = o->next)

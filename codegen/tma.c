@@ -483,7 +483,9 @@ void tma_wait(Cg *cg, const Op *op) {
 /* Every fill in flight lands: before the kernel returns (a CTA must not
  * exit with TMA writes to its shared memory outstanding) and before shared
  * memory is reused. A later wait for a drained fill passes at once: its
- * phase has completed (and the stage is not filled again before that wait). */
+ * phase has completed (and the stage is not filled again before that wait).
+ * A consumer keeps the fill's in-flight bit: that wait still releases the
+ * stage (tma_wait's `issued`), else the producer would wait for it forever. */
 static void drain_rings(Cg *cg, bool release) {
     for (int i = 0; i < cg->hopper.nrings; i++) {
         Ring *r = &cg->hopper.rings[i];
@@ -493,7 +495,8 @@ static void drain_rings(Cg *cg, bool release) {
                                                    ci32(cg, 0), "");
             LLVMBasicBlockRef join = if_begin(cg, in_flight);
             wait_phase(cg, stage_bar(cg, r, ci64(cg, s)), fill_parity(cg, state, ci64(cg, s)));
-            LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, ci32(cg, ~(1 << (16 + s))), ""), r->state);
+            if (release || cg->hopper.role != ROLE_CONSUMER)
+                LLVMBuildStore(cg->b, LLVMBuildAnd(cg->b, state, ci32(cg, ~(1 << (16 + s))), ""), r->state);
             if (release && r->empty)
                 tma_release(cg, &(Token){.ring = r, .stage = ci64(cg, s)});
             if_end(cg, join);

@@ -378,8 +378,12 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
      * rather than held across the loop one register each, which ptxas
      * spilled (codegen's nv.rematerialise; the key-tile kernel at head dim
      * 128, 64 × 64 tiles: 252 registers and no spills, against 255 and
-     * 372 bytes of spills). GEMMs (no score tile) spill neither way. */
-    if (!specialise && registers_scarce(s))
+     * 372 bytes of spills). GEMMs (no score tile) spill neither way. A
+     * warp-specialised backward key-tile kernel (consumers that write
+     * shared memory) is rematerialised too: ptxas allocates its consumers
+     * within the launch's 168-register entry, and they spilled 280 bytes
+     * at head dim 128 (64 × 128) and 400 at head dim 64 (128 × 128) without. */
+    if ((!specialise && registers_scarce(s)) || (specialise && consumers_write_shared(body)))
         op_set_attr(a, launch, "nv.rematerialise", attr_int(a, 1));
     mark_rings(a, body, specialise);
     return true;

@@ -606,6 +606,10 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     bool hoist = overlap ? overlap->i != 0 : target_lookup(ctx->arch)->bwd_overlap;
     if (overlap || hoist)
         op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, hoist));
+    /* warp specialisation: only where the schedule asks (doc/backward.md) */
+    Attr *producer = schedule_directive(func, ctx->arch, SCHED_PRODUCER);
+    if (producer)
+        op_set_attr(a, mainl, schedule_launch_attr(SCHED_PRODUCER), attr_int(a, producer->i));
     Op *kv = cover == HEAD_BLOCKS ? kv_kernel(&outer, op, mainl, ROW_KERNEL_ROWS, sq) : mainl;   /* (dk, dv its results 0, 1) */
     if (kv != mainl)
         block_append(&tmp, kv);
