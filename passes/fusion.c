@@ -339,30 +339,56 @@ static int index_of(PtrVec *v, const void *x) {
     return -1;
 }
 
-/* Can `w` (an operand of the next chain op) join the chain? */
-static bool absorb_operand(Fuser *f, Block *body, Chain *c, Op *first, Op *user, Value *w) {
+/* Does a tensor of type t broadcast to the output's shape? */
+static bool broadcasts_to(const Type *t, const Type *out) {
+    if (t->kind != TY_TENSOR || t->elem != out->elem || t->rank > out->rank)
+        return false;
+    for (int i = 1; i <= t->rank; i++) {
+        Dim d = t->dims[t->rank - i], o = out->dims[out->rank - i];
+        if (!dim_equal(d, o) && !(d.sym == NULL && d.size == 1))
+            return false;
+    }
+    return true;
+}
+
+/* How deep an elementwise operand's own ops are taken into the epilogue
+ * (absorb_operand recurses; deeper ones are read as computed tensors). */
+enum { SIDE_DEPTH = 32 };
+
+/* Can `w` (an operand of the next chain op) join the chain? A product of
+ * the same input (an operand of the chain's own ops: the dual GEMM), a
+ * constant, or a tensor read elementwise (an extra);
+ * a tensor made by an elementwise op used only here, whose own operands
+ * can join, joins with its op — `x @ w + x * 0.5`'s x * 0.5 is computed
+ * in the epilogue from x, not by a kernel of its own into a temporary. */
+static bool absorb_operand(Fuser *f, Block *body, Chain *c, Op *first, Op *user, Value *w, int depth) {
     double ignored;
     if (index_of(&c->ops, w->def) >= 0 || index_of(&c->products, w->def) >= 0 || constant_value(w, &ignored))
         return true;
     const Type *out = first->results[0]->type;
-    if (w->def && is_weight_matmul(w->def) && w->def->operands[0] == first->operands[0] &&
+    if (depth == 0 && w->def && is_weight_matmul(w->def) && w->def->operands[0] == first->operands[0] &&
         type_equal(w->type, out) && sole_user(f, body, w) == user &&
         op_attr(w->def, "acc")->type->elem == op_attr(first, "acc")->type->elem) {
         vec_push(f->scratch, &c->products, w->def);
         return true;
     }
-    if (w->type->kind == TY_TENSOR && w->type->elem == out->elem && w->type->rank <= out->rank) {
-        /* it must broadcast to the output shape */
-        for (int i = 1; i <= w->type->rank; i++) {
-            Dim d = w->type->dims[w->type->rank - i], o = out->dims[out->rank - i];
-            if (!dim_equal(d, o) && !(d.sym == NULL && d.size == 1))
-                return false;
+    if (!broadcasts_to(w->type, out))
+        return false;
+    Op *side = w->def;
+    if (side && depth < SIDE_DEPTH && side->parent == body && is_epilogue_op(side) && sole_user(f, body, w) == user) {
+        Chain saved = *c;
+        bool ok = true;
+        for (int i = 0; i < side->noperands && ok; i++)
+            ok = absorb_operand(f, body, c, first, side, side->operands[i], depth + 1);
+        if (ok) {
+            vec_push(f->scratch, &c->ops, side);
+            return true;
         }
-        if (index_of(&c->extras, w) < 0)
-            vec_push(f->scratch, &c->extras, w);
-        return true;
+        *c = saved;
     }
-    return false;
+    if (index_of(&c->extras, w) < 0)
+        vec_push(f->scratch, &c->extras, w);
+    return true;
 }
 
 static void grow_chain(Fuser *f, Block *body, Op *first, Chain *c) {
@@ -377,7 +403,7 @@ static void grow_chain(Fuser *f, Block *body, Op *first, Chain *c) {
         bool ok = true;
         for (int i = 0; i < user->noperands && ok; i++)
             if (user->operands[i] != c->last)
-                ok = absorb_operand(f, body, c, first, user, user->operands[i]);
+                ok = absorb_operand(f, body, c, first, user, user->operands[i], 0);
         if (!ok) {
             *c = saved;
             return;
