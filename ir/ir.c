@@ -71,6 +71,19 @@ bool dim_equal(Dim x, Dim y) {
     return x.size == y.size;
 }
 
+bool type_broadcasts_to(const Type *from, const Type *to) {
+    if (from->kind == TY_SCALAR)
+        return true;
+    if (from->kind != to->kind || from->rank > to->rank)
+        return false;
+    for (int i = 1; i <= from->rank; i++) {
+        Dim f = from->dims[from->rank - i], t = to->dims[to->rank - i];
+        if (!dim_equal(f, t) && !(f.sym == NULL && f.size == 1))
+            return false;
+    }
+    return true;
+}
+
 bool type_equal(const Type *x, const Type *y) {
     if (x == y)
         return true;

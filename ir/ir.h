@@ -55,6 +55,8 @@ Type *type_shaped(Arena *a, TypeKind kind, ScalarKind elem, int rank, const Dim 
 Type *type_with_elem(Arena *a, const Type *t, ScalarKind elem);
 bool type_equal(const Type *x, const Type *y);
 bool dim_equal(Dim x, Dim y);
+/* numpy broadcasting: `from` fits into `to` when trailing dims agree or are 1 (a scalar fits anything) */
+bool type_broadcasts_to(const Type *from, const Type *to);
 bool scalar_is_float(ScalarKind k);
 bool scalar_is_int(ScalarKind k);     /* i32, i64, index (not i1) */
 const char *scalar_name(ScalarKind k);

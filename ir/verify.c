@@ -81,20 +81,6 @@ static const char *type_str(Verifier *v, const Type *t) {
 static bool is_tensor(const Type *t) { return t->kind == TY_TENSOR; }
 static bool is_valued(const Type *t) { return t->kind == TY_SCALAR || t->kind == TY_TENSOR || t->kind == TY_TILE; }
 
-/* numpy broadcasting: `from` fits into `to` when trailing dims agree or are 1. */
-static bool broadcasts_to(const Type *from, const Type *to) {
-    if (from->kind == TY_SCALAR)
-        return true;
-    if (from->kind != to->kind || from->rank > to->rank)
-        return false;
-    for (int i = 1; i <= from->rank; i++) {
-        Dim f = from->dims[from->rank - i], t = to->dims[to->rank - i];
-        if (!dim_equal(f, t) && !(f.sym == NULL && f.size == 1))
-            return false;
-    }
-    return true;
-}
-
 static const char *attr_string(const Op *op, const char *name) {
     Attr *a = op_attr(op, name);
     return a && a->kind == AT_STR ? a->s : NULL;
@@ -119,7 +105,7 @@ static bool elementwise_shapes(Verifier *v, const Op *op) {
     }
     for (int i = 0; i < op->noperands; i++) {
         const Type *t = op->operands[i]->type;
-        if (!broadcasts_to(t, r)) {
+        if (!type_broadcasts_to(t, r)) {
             op_error(v, op, "operand %d of type %s does not broadcast to the result type %s", i,
                      type_str(v, t), type_str(v, r));
             return false;
@@ -301,7 +287,7 @@ static void verify_matmul(Verifier *v, Op *op) {
     Type ba = *a, bb = *b;
     ba.rank = a->rank - 2;
     bb.rank = b->rank - 2;
-    if (!broadcasts_to(&ba, &ra) || !broadcasts_to(&bb, &rb))
+    if (!type_broadcasts_to(&ba, &ra) || !type_broadcasts_to(&bb, &rb))
         op_error(v, op, "batch dimensions of the operands do not broadcast to the result's");
 }
 
@@ -554,7 +540,7 @@ static void verify_fused_gemm(Verifier *v, Op *op) {
         args[i] = blk && blk->nargs == n + nextra ? blk->args[i]->type->elem : SK_F32;
     for (int i = 0; i < nextra; i++) {
         const Type *e = op->operands[1 + n + i]->type;
-        if (!broadcasts_to(e, r)) {
+        if (!type_broadcasts_to(e, r)) {
             op_error(v, op, "operand %d of type %s does not broadcast to the result type %s", 1 + n + i,
                      type_str(v, e), type_str(v, r));
             return;
@@ -575,7 +561,7 @@ static void verify_fused_map(Verifier *v, Op *op) {
     ScalarKind *args = NEW_ARRAY(&v->arena, ScalarKind, op->noperands);
     for (int i = 0; i < op->noperands; i++) {
         const Type *t = op->operands[i]->type;
-        if (t->kind != TY_SCALAR && !broadcasts_to(t, r)) {
+        if (t->kind != TY_SCALAR && !type_broadcasts_to(t, r)) {
             op_error(v, op, "operand %d of type %s does not broadcast to the result type %s", i, type_str(v, t),
                      type_str(v, r));
             return;
@@ -916,7 +902,7 @@ static void verify_gather(Verifier *v, Op *op) {
     }
     for (int i = 1; i < op->noperands; i++) {
         const Type *t = op->operands[i]->type;
-        if (t->elem != SK_INDEX || (t->kind != TY_SCALAR && !is_tile(t)) || !broadcasts_to(t, r)) {
+        if (t->elem != SK_INDEX || (t->kind != TY_SCALAR && !is_tile(t)) || !type_broadcasts_to(t, r)) {
             op_error(v, op, "index %d must be an index or an index tile broadcasting to the result", i - 1);
             return;
         }

@@ -339,16 +339,10 @@ static int index_of(PtrVec *v, const void *x) {
     return -1;
 }
 
-/* Does a tensor of type t broadcast to the output's shape? */
-static bool broadcasts_to(const Type *t, const Type *out) {
-    if (t->kind != TY_TENSOR || t->elem != out->elem || t->rank > out->rank)
-        return false;
-    for (int i = 1; i <= t->rank; i++) {
-        Dim d = t->dims[t->rank - i], o = out->dims[out->rank - i];
-        if (!dim_equal(d, o) && !(d.sym == NULL && d.size == 1))
-            return false;
-    }
-    return true;
+/* A tensor of the output's element type that broadcasts to its shape:
+ * read elementwise at the output's coordinates. */
+static bool reads_elementwise(const Type *t, const Type *out) {
+    return t->kind == TY_TENSOR && t->elem == out->elem && type_broadcasts_to(t, out);
 }
 
 /* How deep an elementwise operand's own ops are taken into the epilogue
@@ -372,7 +366,7 @@ static bool absorb_operand(Fuser *f, Block *body, Chain *c, Op *first, Op *user,
         vec_push(f->scratch, &c->products, w->def);
         return true;
     }
-    if (!broadcasts_to(w->type, out))
+    if (!reads_elementwise(w->type, out))
         return false;
     Op *side = w->def;
     if (side && depth < SIDE_DEPTH && side->parent == body && is_epilogue_op(side) && sole_user(f, body, w) == user) {
