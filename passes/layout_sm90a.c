@@ -223,6 +223,15 @@ static bool bounded_stores(const Block *blk) {
     return false;
 }
 
+/* Whether blk gathers scalars (packed sequences' offsets, a paged cache's
+ * block table). */
+static bool gathers(const Block *blk) {
+    for (const Op *op = blk->first; op; op = op->next)
+        if (op->kind == OP_GATHER)
+            return true;
+    return false;
+}
+
 /* Whether every copy in blk can be a TMA copy (and there is one): a launch
  * takes TMA for all its copies or none, so cp.async's group counts
  * (nv.pending) never mix with mbarriers. */
@@ -323,16 +332,21 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
     Attr *ws = op_attr(launch, "schedule.producer"), *pp = op_attr(launch, "schedule.pingpong");
     bool wide = s->dot_cols > 64 || (s->dot_cols && s->carried_cols > 128);
     bool band = keys_follow_queries(a, body, body->args[0]);   /* causal, windows */
-    /* (a launch whose consumers write shared memory, the backward's dSᵀ
-     * scratch, is not specialised by default: one warpgroup of 64 key
-     * rows, it gains nothing from a producer and loses registers to it,
-     * spilling at head dim 128) */
+    /* The backward's key-tile kernel (consumers that write shared memory,
+     * the dSᵀ scratch) is specialised by default, FlashAttention-3's
+     * backward: the producer loads K and V once and streams Q and dO
+     * (H100, 2026-12-07, bench/results/2026-12-07-h100-producer/: 0.81 →
+     * 0.85× cuDNN over the quick protocol, no row slower by more than 2 %);
+     * over packed sequences (it gathers their offsets) it stays plain, the
+     * kernel the GPU checks verified there. */
     /* (packed sequences, whose stores a sequence's end bounds, neither:
      * the plain TMA kernel, the paged split kernels' kind, is the one
      * timed, bench/results/2026-12-07-h100-varlen/; the warp-specialised
      * persistent one passes the same checks since codegen/tma.c's release
      * fix, not yet timed) */
-    bool specialise = ws ? ws->i != 0 : (wide || band) && !consumers_write_shared(body) && !bounded_stores(body);
+    bool specialise = ws                           ? ws->i != 0
+                      : consumers_write_shared(body) ? !gathers(body)
+                                                     : (wide || band) && !bounded_stores(body);
     if (specialise) {
         op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
         tma_scratch_loads(a, launch);
@@ -351,6 +365,13 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
          * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
          * −3 %). The schedule's pingpong(0|1) decides. */
         bool ping = pp ? pp->i != 0 : s->carried_cols <= 128 && !band;
+        /* consumers that exchange a tile through shared memory (the
+         * backward's dSᵀ, each warpgroup's keys against every query) meet
+         * at a barrier of them all in each step; taking turns as well,
+         * each would wait at one for the other for ever (the backward's
+         * 128 × 128 tile at head dim 64 hung so on the H100): never
+         * ping-pong there, whatever the schedule says */
+        ping = ping && !consumers_write_shared(body);
         if (warps >= 8 && ping)
             op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
         /* persistent blocks: each loops over the grid's tiles, so the

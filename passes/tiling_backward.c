@@ -557,15 +557,24 @@ static Op *postprocess_kernel(Builder *outer, const Op *op, Op *mainl, Value **q
 }
 
 /* The key-tile kernel's query rows and key rows: the schedule's
- * backward_tile, else the target's default for the head dim. */
-static void backward_tile(const PassContext *ctx, const Op *func, int64_t D, int64_t *BM, int64_t *BN) {
+ * backward_tile, else the target's default for the head dim and mask
+ * (over every key, no band, head dim 64 has a tile of its own). Whether
+ * the kernel issues dPᵀ = V·dOᵀ during the exponentials (dot-hoist): the
+ * schedule's overlap(0|1), else the target's default, off in that tile of
+ * its own (it spills with). */
+static void backward_tile(const PassContext *ctx, const Op *func, const Op *op, int64_t D, bool packed_seqs,
+                          int64_t *BM, int64_t *BN, bool *hoist) {
     Attr *tile = schedule_directive(func, ctx->arch, SCHED_BACKWARD_TILE);
+    Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);
     const Target *t = target_lookup(ctx->arch);
-    const int64_t *def = D <= 64 && t->bwd_tile_d64[0] ? t->bwd_tile_d64
+    bool full = D <= 64 && t->bwd_tile_d64_full[0] && !op_attr(op, "band") && !packed_seqs;
+    const int64_t *def = full                              ? t->bwd_tile_d64_full
+                         : D <= 64 && t->bwd_tile_d64[0]   ? t->bwd_tile_d64
                          : D == 128 && t->bwd_tile_d128[0] ? t->bwd_tile_d128
                                                            : t->bwd_tile;
     *BM = tile ? tile->elems[0]->i : def[0];
     *BN = tile ? tile->elems[1]->i : def[1];
+    *hoist = overlap ? overlap->i != 0 : t->bwd_overlap && !(full && !tile);
 }
 
 /* The preprocess's and postprocess's query rows a program: row kernels,
@@ -580,7 +589,8 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     Arena *a = ctx->arena;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
     int64_t BM, BN;
-    backward_tile(ctx, func, D > DV ? D : DV, &BM, &BN);
+    bool hoist;
+    backward_tile(ctx, func, op, D > DV ? D : DV, padded(op, 0) != NULL, &BM, &BN, &hoist);
     Builder outer = {a, NULL, NULL, op->loc};
     Block tmp = {0};
     outer.blk = &tmp;
@@ -601,12 +611,11 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
     Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq);
     block_append(&tmp, mainl);
-    /* dot-hoist's switch: the schedule's overlap(0|1), else the target's default */
-    Attr *overlap = schedule_directive(func, ctx->arch, SCHED_OVERLAP);
-    bool hoist = overlap ? overlap->i != 0 : target_lookup(ctx->arch)->bwd_overlap;
-    if (overlap || hoist)
+    /* dot-hoist's switch */
+    if (hoist || schedule_directive(func, ctx->arch, SCHED_OVERLAP))
         op_set_attr(a, mainl, schedule_launch_attr(SCHED_OVERLAP), attr_int(a, hoist));
-    /* warp specialisation: only where the schedule asks (doc/backward.md) */
+    /* warp specialisation: the schedule's producer(0|1), else the target
+     * lowering's default (doc/backward.md) */
     Attr *producer = schedule_directive(func, ctx->arch, SCHED_PRODUCER);
     if (producer)
         op_set_attr(a, mainl, schedule_launch_attr(SCHED_PRODUCER), attr_int(a, producer->i));

@@ -111,6 +111,11 @@ const Target target_sm90a = {
      * quick protocol's head dim 128 rows on the H100 against 0.480 at
      * 64 × 64 (bench/results/2026-12-06-h100-bwd-d128/) */
     .bwd_tile_d128 = {64, 128},
+    /* over every key at head dim 64, two warpgroups of 64 keys over
+     * 128-query steps: 0.86–0.92× cuDNN against 0.83 at 64 × 64 (H100,
+     * bench/results/2026-12-07-h100-producer/); under a causal band it
+     * ran slower (0.68–0.82 against 0.87–0.98), so there 64 × 64 stays */
+    .bwd_tile_d64_full = {128, 128},
     /* dPᵀ during the exponentials of Pᵀ: 3 % faster over the quick
      * protocol on the H100, no row slower (bench/results/2026-12-06-h100/
      * NOTES.md, item 3); numerics: bench/results/2026-12-06-h100-overlap/ */

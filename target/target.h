@@ -65,6 +65,11 @@ typedef struct Target {
      * head dim: the kernel keeps every tile in one row layout,
      * schedule.def's SD_ROW_TILES) */
     int64_t bwd_tile[2], bwd_tile_d64[2];   /* the first whose max_d the head dim does not pass */
+    /* at head dims up to 64 over every key (no band from mask-analysis)
+     * and not over packed sequences ({0, 0}: bwd_tile_d64); the kernel
+     * then issues no dPᵀ during the exponentials (bwd_overlap), with
+     * which it spills */
+    int64_t bwd_tile_d64_full[2];
     /* at head dim 128 ({0, 0}: bwd_tile): 128 keys, the head dim, so that
      * dQ is computed transposed and every tile keeps 128 rows */
     int64_t bwd_tile_d128[2];
