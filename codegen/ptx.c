@@ -10,6 +10,33 @@
 #include "codegen/cg.h"
 #include "target/target.h"
 
+/* Instructions of a basic block past which LLVM's SLP vectorizer is not
+ * run on its function. The code generator unrolls tiles, so a long
+ * epilogue or map chain is one basic block of its ops times a thread's
+ * elements, and the vectorizer's scheduling of a block grows faster than
+ * its length (an epilogue of 1,000 terms: 42 s, 26–38 % of it in
+ * BoUpSLP::BlockScheduling; doc/codegen.md "Compile time"). Below the
+ * bound, every example's kernels: their f16 pair arithmetic comes from it. */
+enum { SLP_BLOCK_LIMIT = 40000 };
+
+/* noimplicitfloat, which the SLP and loop vectorizers respect and NVPTX
+ * does not otherwise use, on each function with a block past the limit. */
+static void bound_slp(LLVMModuleRef mod) {
+    LLVMContextRef ctx = LLVMGetModuleContext(mod);
+    unsigned kind = LLVMGetEnumAttributeKindForName("noimplicitfloat", 15);
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+        unsigned biggest = 0;
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
+            unsigned n = 0;
+            for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i))
+                n++;
+            biggest = n > biggest ? n : biggest;
+        }
+        if (biggest > SLP_BLOCK_LIMIT)
+            LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(ctx, kind, 0));
+    }
+}
+
 bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_ir, char **text, size_t *len) {
     const Target *t = target_lookup(arch);
     const char *features = t->ptx_features;   /* the PTX ISA version: the oldest with what we emit */
@@ -46,6 +73,7 @@ bool ptx_emit(Arena *a, Diag *d, LLVMModuleRef mod, const char *arch, bool llvm_
     }
     LLVMDisposeMessage(msg);
     msg = NULL;
+    bound_slp(mod);
     LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
     LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
     LLVMDisposePassBuilderOptions(po);

@@ -1,11 +1,16 @@
-"""compile-scaling.py ATTNC SCRATCH — attnc's compile time and memory grow
-with the blocks of a file, not faster (issue: a module of all blocks held
-every block's LLVM IR through O3 and emission).
+"""compile-scaling.py ATTNC SCRATCH [blocks|terms] — attnc's compile time
+and memory grow with the program, not faster.
 
-Compiles files of N and 4N small mlp blocks for sm_80 and prints the time
-and peak memory of each; then `ok` when 4N blocks take at most 6x N's time
-(linear: 4x) and add at most 2 MB of peak memory a block (one LLVM module
-for the file added 2.8 MB a block).
+blocks (the default): files of N and 4N small mlp blocks for sm_80 (a
+module of all blocks held every block's LLVM IR through O3 and emission);
+`ok` when 4N blocks take at most 6x N's time (linear: 4x) and add at most
+2 MB of peak memory a block (one LLVM module for the file added 2.8 MB a
+block).
+
+terms: a GEMM whose epilogue adds N and 4N terms (`x @ w + x * c1 + ...`,
+one kernel, one basic block of the terms times a thread's elements, where
+LLVM's SLP vectorizer grew faster than the block: codegen/ptx.c
+bound_slp); `ok` when 4N terms take at most 6x N's time (before: 13x).
 """
 import os
 import resource
@@ -13,18 +18,24 @@ import subprocess
 import sys
 import time
 
-N = 5
 
-
-def source(n):
+def blocks(n):
     return "\n".join(f"mlp m{b}(x: f16[T, 64], w: f16[64, 64]) -> (y: f16[T, 64]) {{\n"
                      f"  y = silu(x @ w) + x * {b + 1};\n}}\n" for b in range(n))
 
 
-def compile_stats(attnc, scratch, n):
-    path = os.path.join(scratch, f"blocks{n}.attn")
+def terms(n):
+    return ("mlp g(x: f16[T, 64], w: f16[64, 64]) -> (y: f16[T, 64]) {\n  y = (x @ w) + "
+            + " + ".join(f"x * {i + 1}.0e-3" for i in range(n)) + ";\n}\n")
+
+
+SOURCES = {"blocks": (blocks, 5), "terms": (terms, 250)}
+
+
+def compile_stats(attnc, scratch, kind, n):
+    path = os.path.join(scratch, f"{kind}{n}.attn")
     with open(path, "w") as f:
-        f.write(source(n))
+        f.write(SOURCES[kind][0](n))
     start = time.perf_counter()
     # each compile in a child of its own, so that ru_maxrss is that compile's peak
     child = subprocess.run([sys.executable, "-c", f"""
@@ -34,19 +45,21 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.exit(r.returncode)
 """], capture_output=True, text=True)
     if child.returncode:
-        sys.exit(f"attnc failed on {n} blocks: {child.stderr}")
+        sys.exit(f"attnc failed on {n} {kind}: {child.stderr}")
     return time.perf_counter() - start, int(child.stdout) / 1024
 
 
 def main():
     attnc, scratch = sys.argv[1], sys.argv[2]
+    kind = sys.argv[3] if len(sys.argv) > 3 else "blocks"
+    n = SOURCES[kind][1]
     os.makedirs(scratch, exist_ok=True)
-    t1, m1 = compile_stats(attnc, scratch, N)
-    t4, m4 = compile_stats(attnc, scratch, 4 * N)
-    per_block = (m4 - m1) / (3 * N)
-    print(f"{N} blocks: {t1:.2f} s, {m1:.0f} MB; {4 * N} blocks: {t4:.2f} s, {m4:.0f} MB "
-          f"(time x{t4 / t1:.2f}, {per_block:.2f} MB a block)")
-    print("ok" if t4 <= 6 * t1 and per_block <= 2 else "FAIL")
+    t1, m1 = compile_stats(attnc, scratch, kind, n)
+    t4, m4 = compile_stats(attnc, scratch, kind, 4 * n)
+    per_unit = (m4 - m1) / (3 * n)
+    print(f"{n} {kind}: {t1:.2f} s, {m1:.0f} MB; {4 * n} {kind}: {t4:.2f} s, {m4:.0f} MB "
+          f"(time x{t4 / t1:.2f}, {per_unit:.2f} MB a {kind[:-1]})")
+    print("ok" if t4 <= 6 * t1 and (kind != "blocks" or per_unit <= 2) else "FAIL")
 
 
 if __name__ == "__main__":
