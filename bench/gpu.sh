@@ -39,34 +39,33 @@ note() { summary="$summary$*"$'\n'; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if ldd $KIT/attnc | grep -q "not found"; then ldd $KIT/attnc; echo "attnc cannot run here"; exit 1; fi
 
+# label log command...: one checker's run under a time limit (a hang shows
+# as a failure), its failures shown and its count of checks (else its last
+# line) noted
+check() {
+  label=$1 log=$2; shift 2
+  step "$label"
+  timeout 1800 "$@" > "$log" 2>&1 || status=1
+  grep -E "^FAIL" "$log" | head -20
+  line=$(grep -E 'checks,' "$log" | tail -1)
+  note "$label: ${line:-$(tail -1 "$log")}"
+}
 checks() {   # arch dtype
-  step "numerics $1 $2"
-  python3 bench/gpu_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" $quick > "$OUT/numerics-$1-$2.log" 2>&1 ||
-    status=1
-  grep -E "^FAIL" "$OUT/numerics-$1-$2.log" | head -20
-  note "numerics $1 $2: $(grep -E 'checks,' "$OUT/numerics-$1-$2.log" | tail -1)"
+  check "numerics $1 $2" "$OUT/numerics-$1-$2.log" python3 bench/gpu_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" $quick
 }
 if has sm_70; then checks sm_70 f16; fi
 if has sm_80; then checks sm_80 f16; checks sm_80 bf16; fi
 if has sm_90a; then checks sm_90a f16; checks sm_90a bf16; fi
 
-backward() {   # arch dtype: the backward's gradients against float64 autograd (doc/backward.md)
-  step "backward $1 $2"
-  python3 bench/backward_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" $quick > "$OUT/backward-$1-$2.txt" 2>&1 ||
-    status=1
-  grep -E "^FAIL" "$OUT/backward-$1-$2.txt" | head -20
-  note "backward $1 $2: $(grep -E 'checks,' "$OUT/backward-$1-$2.txt" | tail -1)"
+backward() {   # arch dtype [schedule]: the backward's gradients against float64 autograd (doc/backward.md)
+  check "backward $1 $2${3:+ $3}" "$OUT/backward-$1-$2${3:+-schedule}.txt" \
+    python3 bench/backward_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" --schedule "${3:-}" $quick
 }
 if has sm_70; then backward sm_70 f16; fi
 if has sm_80; then backward sm_80 f16; backward sm_80 bf16; fi
 if has sm_90a; then backward sm_90a f16; backward sm_90a bf16; fi
-if has sm_90a; then   # the plain key-tile kernel (schedule producer(0); the default is warp-specialised, doc/backward.md)
-  step "backward sm_90a f16, producer(0)"
-  timeout 600 python3 bench/backward_check.py --kit $KIT --out "$OUT/plain" --arch sm_90a --schedule "producer(0);" \
-    $quick > "$OUT/backward-sm_90a-plain.txt" 2>&1 || status=1
-  grep -E "^FAIL" "$OUT/backward-sm_90a-plain.txt" | head -20
-  note "backward sm_90a f16 producer(0): $(grep -E 'checks,' "$OUT/backward-sm_90a-plain.txt" | tail -1)"
-fi
+# the plain key-tile kernel (the default is warp-specialised, doc/backward.md)
+if has sm_90a; then backward sm_90a f16 "producer(0);"; fi
 if has sm_80; then
   step "autograd, custom op, torch.compile; a small GPT trained with attnc and with SDPA"
   python3 bench/autograd_check.py --kit $KIT --out "$OUT" > "$OUT/autograd.txt" 2>&1 || status=1
@@ -75,11 +74,8 @@ if has sm_80; then
   note "$(tail -1 "$OUT/train.txt")"
 fi
 functional() {   # arch dtype: attnc.attention's torch path (python/attnc/functional.py)
-  step "attnc.attention $1 $2"
-  python3 bench/functional_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2" > "$OUT/functional-$1-$2.txt" 2>&1 ||
-    status=1
-  grep -E "^FAIL" "$OUT/functional-$1-$2.txt" | head -20
-  note "$(tail -1 "$OUT/functional-$1-$2.txt")"
+  check "attnc.attention $1 $2" "$OUT/functional-$1-$2.txt" \
+    python3 bench/functional_check.py --kit $KIT --out "$OUT" --arch "$1" --dtype "$2"
 }
 if has sm_70; then functional sm_70 f16; fi
 if has sm_80; then functional sm_80 f16; fi
