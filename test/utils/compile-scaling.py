@@ -1,5 +1,5 @@
 """compile-scaling.py ATTNC SCRATCH [blocks|terms] — attnc's compile time
-and memory grow with the program, not faster.
+(CPU seconds) and memory grow with the program, not faster.
 
 blocks (the default): files of N and 4N small mlp blocks for sm_80 (a
 module of all blocks held every block's LLVM IR through O3 and emission);
@@ -13,10 +13,8 @@ LLVM's SLP vectorizer grew faster than the block: codegen/ptx.c
 bound_slp); `ok` when 4N terms take at most 6x N's time (before: 13x).
 """
 import os
-import resource
 import subprocess
 import sys
-import time
 
 
 def blocks(n):
@@ -36,17 +34,20 @@ def compile_stats(attnc, scratch, kind, n):
     path = os.path.join(scratch, f"{kind}{n}.attn")
     with open(path, "w") as f:
         f.write(SOURCES[kind][0](n))
-    start = time.perf_counter()
-    # each compile in a child of its own, so that ru_maxrss is that compile's peak
+    # each compile in a child of its own, so that its rusage is that
+    # compile's: CPU time (not the wall clock, which the tests lit runs
+    # beside it share) and peak memory
     child = subprocess.run([sys.executable, "-c", f"""
 import resource, subprocess, sys
 r = subprocess.run({[attnc, path, "-arch", "sm_80", "-o", path[:-5] + ".ptx"]!r})
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(u.ru_utime + u.ru_stime, u.ru_maxrss)
 sys.exit(r.returncode)
 """], capture_output=True, text=True)
     if child.returncode:
         sys.exit(f"attnc failed on {n} {kind}: {child.stderr}")
-    return time.perf_counter() - start, int(child.stdout) / 1024
+    cpu, rss = child.stdout.split()
+    return float(cpu), int(rss) / 1024
 
 
 def main():
