@@ -214,23 +214,22 @@ static bool keys_follow_queries(Arena *a, const Block *blk, const Value *pid_x) 
     return false;
 }
 
-/* Whether blk stores a tile bounded by a sequence's end (tile.store's
- * 'bound': packed sequences). */
-static bool bounded_stores(const Block *blk) {
+/* Whether blk's own ops (not its loops') include one of `kind`, with the
+ * attribute `attr` where one is named. */
+static bool holds_at_top(const Block *blk, OpKind kind, const char *attr) {
     for (const Op *op = blk->first; op; op = op->next)
-        if (op->kind == OP_STORE && op_attr(op, "bound"))
+        if (op->kind == kind && (!attr || op_attr(op, attr)))
             return true;
     return false;
 }
 
+/* Whether blk stores a tile bounded by a sequence's end (tile.store's
+ * 'bound': packed sequences). */
+static bool bounded_stores(const Block *blk) { return holds_at_top(blk, OP_STORE, "bound"); }
+
 /* Whether blk gathers scalars (packed sequences' offsets, a paged cache's
  * block table). */
-static bool gathers(const Block *blk) {
-    for (const Op *op = blk->first; op; op = op->next)
-        if (op->kind == OP_GATHER)
-            return true;
-    return false;
-}
+static bool gathers(const Block *blk) { return holds_at_top(blk, OP_GATHER, NULL); }
 
 /* Whether every copy in blk can be a TMA copy (and there is one): a launch
  * takes TMA for all its copies or none, so cp.async's group counts
@@ -339,11 +338,11 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
      * 0.85× cuDNN over the quick protocol, no row slower by more than 2 %);
      * over packed sequences (it gathers their offsets) it stays plain, the
      * kernel the GPU checks verified there. */
-    /* (packed sequences, whose stores a sequence's end bounds, neither:
-     * the plain TMA kernel, the paged split kernels' kind, is the one
-     * timed, bench/results/2026-12-07-h100-varlen/; the warp-specialised
-     * persistent one passes the same checks since codegen/tma.c's release
-     * fix, not yet timed) */
+    /* (Other launches over packed sequences, whose stores a sequence's end
+     * bounds, stay plain too: the plain TMA kernel, the paged split
+     * kernels' kind, is the one timed, bench/results/2026-12-07-h100-varlen/;
+     * the warp-specialised persistent one passes the same checks since
+     * codegen/tma.c's release fix, not yet timed) */
     bool specialise = ws                           ? ws->i != 0
                       : consumers_write_shared(body) ? !gathers(body)
                                                      : (wide || band) && !bounded_stores(body);
