@@ -2,7 +2,7 @@
 """backward_bench.py — attnc's attention backward beside torch SDPA's flash
 (FlashAttention-2) and cuDNN backward, on the H200, in one process.
 
-    python3 bench/backward_bench.py --kit KIT --out DIR [--arch sm_80 ...] [--quick] [--compare ATTNC]
+    python3 bench/backward_bench.py --kit KIT --out DIR [--arch sm_80 ...] [--quick] [--compare ATTNC ...]
                                     [--schedule S ...] [--head-dims 64 128] [--dtype f16|bf16]
 
 FlashAttention's protocol: batch·seqlen = 16384, heads = 2048 / head dim,
@@ -11,9 +11,10 @@ forward's 4·B·H·N²·D (half when causal). Each time is the median of
 triton's do_bench: attnc runs NAME.backward (its three kernels, the dQ
 accumulator cleared in the stream); the peers run torch.autograd.grad of
 the SDPA output (their backward kernels, the preprocess included). Writes
-a table of TFLOP/s and ratios to DIR/backward-bench.md. --compare ATTNC
-adds a column per target for another attnc binary (say the commit before),
-measured in the same process; each --schedule S a column per target for
+a table of TFLOP/s and ratios to DIR/backward-bench.md. Each --compare
+ATTNC adds a column per target (c1, c2, ...) for another attnc binary (say
+the commit before; a script that runs one with an environment of its own
+does too), measured in the same process; each --schedule S a column per target for
 the block compiled with `schedule NAME for ARCH { S }`.
 """
 import os
@@ -39,7 +40,7 @@ def main():
     ap = common.kit_parser(__doc__)
     ap.add_argument("--arch", action="append")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--compare", help="another attnc binary, measured beside this one")
+    ap.add_argument("--compare", action="append", default=[], help="another attnc binary, measured beside this one")
     ap.add_argument("--kv-ratio", type=int, default=1, help="query heads per kv head (GQA; the peers get enable_gqa)")
     ap.add_argument("--schedule", action="append", default=[], help="also time the block with this schedule")
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
@@ -47,7 +48,9 @@ def main():
     args = ap.parse_args()
     archs = args.arch or ["sm_80"]
     kit_attnc = common.use_kit(args.kit)
-    compilers = [("", kit_attnc, "")] + ([(" compare", os.path.abspath(args.compare), "")] if args.compare else [])
+    compilers = [("", kit_attnc, "")] + [(f" c{i + 1}", os.path.abspath(c), "") for i, c in enumerate(args.compare)]
+    for i, c in enumerate(args.compare):
+        print(f"c{i + 1}: {c}")
     compilers += [(f" s{i + 1}", kit_attnc, s) for i, s in enumerate(args.schedule)]
     for i, s in enumerate(args.schedule):
         print(f"s{i + 1}: {s}")

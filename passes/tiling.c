@@ -351,3 +351,29 @@ static bool run(Op *module, PassContext *ctx) {
         }
     return true;
 }
+
+/* A name for a dim the tiling defines (define_dim) that none of the
+ * block's dims has: `name`, or with underscores added. */
+const char *fresh_dim_name(Arena *a, const Op *func, const char *name) {
+    for (bool taken = true; taken;) {
+        taken = false;
+        const Block *body = op_body((Op *)func);
+        for (int i = 0; i < body->nargs && !taken; i++) {
+            const Type *t = body->args[i]->type;
+            for (int d = 0; t->kind != TY_SCALAR && d < t->rank; d++)
+                taken |= t->dims[d].sym && strcmp(t->dims[d].sym, name) == 0;
+        }
+        if (taken)
+            name = arena_printf(a, "%s_", name);
+    }
+    return name;
+}
+
+/* Into outer's block: `count` bound as the dim `name` (a let line for the
+ * runtime), for op's kernels. */
+void define_dim(PassContext *ctx, Builder *outer, const Op *op, const char *name, Value *count) {
+    Op *def = op_create(ctx->arena, OP_DEFINE_DIM, 1, &count, 0, NULL, 0);
+    def->loc = op->loc;
+    op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, name));
+    block_append(outer->blk, def);
+}

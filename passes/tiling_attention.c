@@ -616,22 +616,6 @@ static Value *split_count(Builder *b, const Type *qt, const Type *kt, int64_t BM
     return b_bin(b, OP_MAX, b_index(b, 1), b_bin(b, OP_MIN, per_sm, most));
 }
 
-/* A name for the split count's dim that none of the block's dims has. */
-static const char *split_dim_name(Arena *a, const Op *func, const char *name) {
-    for (bool taken = true; taken;) {
-        taken = false;
-        const Block *body = op_body((Op *)func);
-        for (int i = 0; i < body->nargs && !taken; i++) {
-            const Type *t = body->args[i]->type;
-            for (int d = 0; t->kind != TY_SCALAR && d < t->rank; d++)
-                taken |= t->dims[d].sym && strcmp(t->dims[d].sym, name) == 0;
-        }
-        if (taken)
-            name = arena_printf(a, "%s_", name);
-    }
-    return name;
-}
-
 /* The short-rows variant of the target for this attention (head dim D,
  * keys of class `keys`), or NULL: none, or the block has a schedule for
  * the target (it describes the one kernel: its tile, warps, producer...). */
@@ -646,15 +630,6 @@ static const AttnShortTile *short_tile(const Op *func, const char *arch, int64_t
             return !v->band_only || keys == KEYS_FOLLOW_ROW ? v : NULL;
     }
     return NULL;
-}
-
-/* Into outer's block: `count` bound as the dim `name` (a let line for the
- * runtime). */
-static void define_split_dim(PassContext *ctx, Builder *outer, const Op *att, const char *name, Value *count) {
-    Op *def = op_create(ctx->arena, OP_DEFINE_DIM, 1, &count, 0, NULL, 0);
-    def->loc = att->loc;
-    op_set_attr(ctx->arena, def, "name", attr_str(ctx->arena, name));
-    block_append(outer->blk, def);
 }
 
 /* Into outer's block: the split launch in SM x SN tiles over ks->dim splits
@@ -765,8 +740,8 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
                      (sym_nq || (nq >= 2 && G * nq <= SM));
     Op *packed_one = NULL, *packed_rows = NULL, *comb = NULL;
     if (pack_one || pack_rows) {   /* both count B·Hkv programs: one split count */
-        const char *gdim = split_dim_name(ctx->arena, func, "KV_SPLITS_G");
-        define_split_dim(ctx, &outer, att, gdim,
+        const char *gdim = fresh_dim_name(ctx->arena, func, "KV_SPLITS_G");
+        define_dim(ctx, &outer, att, gdim,
                          splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, true));
         if (pack_one)
             split_launches(ctx, func, att, &outer, &side, &(KeySplit){gdim, G, false}, SM, SN, &packed_one);
@@ -779,8 +754,8 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     }
     Value *is_split = NULL;
     if (splits) {
-        KeySplit ks = {split_dim_name(ctx->arena, func, "KV_SPLITS"), 0, false};
-        define_split_dim(ctx, &outer, att, ks.dim,
+        KeySplit ks = {fresh_dim_name(ctx->arena, func, "KV_SPLITS"), 0, false};
+        define_dim(ctx, &outer, att, ks.dim,
                          splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, false));
         split_launches(ctx, func, att, &outer, &side, &ks, SM, SN, &comb);
         if (splits < 0)
