@@ -742,7 +742,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     if (pack_one || pack_rows) {   /* both count B·Hkv programs: one split count */
         const char *gdim = fresh_dim_name(ctx->arena, func, "KV_SPLITS_G");
         define_dim(ctx, &outer, att, gdim,
-                         splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, true));
+                   splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, true));
         if (pack_one)
             split_launches(ctx, func, att, &outer, &side, &(KeySplit){gdim, G, false}, SM, SN, &packed_one);
         if (pack_rows)
@@ -756,7 +756,7 @@ bool tile_attention(PassContext *ctx, Op *func, Op *att) {
     if (splits) {
         KeySplit ks = {fresh_dim_name(ctx->arena, func, "KV_SPLITS"), 0, false};
         define_dim(ctx, &outer, att, ks.dim,
-                         splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, false));
+                   splits > 0 ? b_index(&outer, splits) : split_count(&outer, qt, kt, SM, SN, false));
         split_launches(ctx, func, att, &outer, &side, &ks, SM, SN, &comb);
         if (splits < 0)
             is_split = b_cmp(&outer, "gt", b_dim(&outer, (Dim){ks.dim, 0}), b_index(&outer, 1));
