@@ -410,6 +410,7 @@ Mem *as_mem(Cg *cg, const Op *op, const Value *v);
 
 LLVMValueRef smem_alloc(Cg *cg, int64_t bytes);
 LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align);
+LLVMValueRef smem_alloc_pinned(Cg *cg, int64_t bytes, int64_t align);   /* never reused: mbarriers */
 /* i64 element offset of (row, col) in a shared tile: row-major with `stride`,
  * or swizzle 128 (panels of 64 columns, panel_rows rows each) */
 LLVMValueRef smem_offset(Cg *cg, LLVMValueRef row, LLVMValueRef col, int64_t stride, int64_t panel_rows, int swizzle);

@@ -39,6 +39,27 @@ LLVMValueRef smem_alloc_aligned(Cg *cg, int64_t bytes, int64_t align) {
 
 LLVMValueRef smem_alloc(Cg *cg, int64_t bytes) { return smem_alloc_aligned(cg, bytes, 16); }
 
+/* The owner of memory no other buffer ever takes (smem_alloc_pinned). */
+static const Value kernel_lifetime;
+
+/* Memory that is the kernel's to its end, never reused: mbarriers and the
+ * persistent scheduler's word. The drain before a reuse waits for the
+ * fills in flight, yet a barrier's word can still change after its ring's
+ * last wait: on the H100, with two blocks an SM, the backward's dK and dV
+ * slabs written over the rings' barriers (offset 0, after the drain) came
+ * back with NaN in exactly the barriers' upper words, and with the slabs
+ * elsewhere or one block an SM never did
+ * (bench/results/2026-12-07-h100-barriers/NOTES.md). CUTLASS and
+ * FlashAttention-3 keep their pipelines' barriers apart from the buffers
+ * an epilogue reuses, too. */
+LLVMValueRef smem_alloc_pinned(Cg *cg, int64_t bytes, int64_t align) {
+    const Value *owner = cg->owner;
+    cg->owner = &kernel_lifetime;
+    LLVMValueRef p = smem_alloc_aligned(cg, bytes, align);
+    cg->owner = owner;
+    return p;
+}
+
 /* Swizzle 128: the tile is cut into panels of 128 bytes a row (64 16-bit
  * columns, 32 f32 ones), each panel_rows rows, and 16-byte chunk c of row
  * r lies at chunk c ^ (r % 8) — what TMA's SWIZZLE_128B writes (and reads,
@@ -75,7 +96,7 @@ void smem_release(Cg *cg, int index) {
     for (int i = 0; i < cg->nlive; i++) {
         const Value *o = cg->live[i].owner;
         intptr_t last = o ? (intptr_t)map_get(&cg->last_use, o) : 0;
-        if (o && last > index + 1)
+        if (o == &kernel_lifetime || (o && last > index + 1))
             cg->live[k++] = cg->live[i];
         else if (cg->ndead >= 0 && cg->ndead < 64)   /* memory some buffer used */
             cg->dead[cg->ndead++] = cg->live[i];
@@ -165,7 +186,7 @@ void emit_alloc(Cg *cg, const Op *op) {
                        "specialisation (run sm90a-layout)", NULL);
         return;
     }
-    LLVMValueRef bars = tma ? smem_alloc_aligned(cg, 8 * t->dims[0].size * (empty ? 2 : 1), 8) : NULL;
+    LLVMValueRef bars = tma ? smem_alloc_pinned(cg, 8 * t->dims[0].size * (empty ? 2 : 1), 8) : NULL;
     c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
     if (tma)
         tma_ring_init(cg, op, c->mem, bars, empty);

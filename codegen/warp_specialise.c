@@ -107,7 +107,7 @@ static void tile_order(Cg *cg, LLVMValueRef t, LLVMValueRef s, LLVMValueRef pid[
 #define SCHED_END (~0ULL)
 
 /* Made by every thread before the roles part. */
-static void sched_init(Cg *cg) { cg->hopper.sched = smem_alloc_aligned(cg, 8, 8); }
+static void sched_init(Cg *cg) { cg->hopper.sched = smem_alloc_pinned(cg, 8, 8); }
 
 /* The producer publishes its i-th tile, `word` (lane 0 writes; the warp
  * arrives). */
