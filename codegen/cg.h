@@ -22,6 +22,7 @@ typedef struct KernelSpec {
 typedef struct KernelTmap {
     int arg, rank;
     int64_t box[8];
+    int64_t swizzle;   /* 128 (SWIZZLE_128B: 16-bit panels, f32 slabs) or 0 (none: f32 rows); (no padding: compared by memcmp) */
 } KernelTmap;
 
 /* What the emitter found out, for the manifest. */

@@ -372,7 +372,7 @@ static bool block(const CgTarget *t, Arena *a, Diag *d, LLVMContextRef ctx, LLVM
                                                       : op->results[3 + m->arg - op->noperands]));
             for (int i = 0; i < m->rank; i++)
                 fprintf(man, "%s%lld", i ? "," : "", (long long)m->box[i]);
-            fprintf(man, " swizzle=128\n");
+            fprintf(man, " swizzle=%s\n", m->swizzle ? "128" : "none");
         }
     }
     fprintf(man, "// end\n");

@@ -560,7 +560,7 @@ static int declare_kernel(Cg *cg, const Block *body) {
     /* A CUtensorMap (128 bytes) by value: byval, 64-byte aligned, and
      * grid_constant, so that its address is the parameter's own (cvta.param,
      * what TMA reads) instead of a copy in local memory. */
-    LLVMMetadataRef gc[8];
+    LLVMMetadataRef gc[MANIFEST_MAX_TMAPS];
     for (int j = 0; j < cg->hopper.ntmaps; j++) {
         unsigned at = (unsigned)(tmap0 + j);
         LLVMValueRef p = cg->hopper.tmap_param[j] = LLVMGetParam(cg->fn, at);

@@ -135,8 +135,8 @@ void note_uses(Cg *cg, const Op *op, int index) {
 
 /* Row-major strides; f16 rows padded to `row_stride` (sm70-layout's choice),
  * others by 16 bytes; or swizzled (the strides of the last two dims are
- * then nominal: smem_offset places them). */
-static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride, int swizzle) {
+ * then nominal: smem_offset places them). Aligned to `align` bytes. */
+static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride, int swizzle, int64_t align) {
     Mem *m = NEW(cg->a, Mem);
     m->elem = t->elem;
     m->shared = true;
@@ -155,7 +155,7 @@ static Mem *shared_mem(Cg *cg, const Type *t, int64_t row_stride, int swizzle) {
         m->dims[d] = ci64(cg, m->cdims[d]);
         m->strides[d] = ci64(cg, m->cstrides[d]);
     }
-    m->ptr = smem_alloc_aligned(cg, s * esize(t->elem), swizzle ? 1024 : 16);
+    m->ptr = smem_alloc_aligned(cg, s * esize(t->elem), swizzle ? 1024 : align);
     return m;
 }
 
@@ -186,8 +186,18 @@ void emit_alloc(Cg *cg, const Op *op) {
                        "specialisation (run sm90a-layout)", NULL);
         return;
     }
+    /* TMA writes a stage at a 128-byte aligned address: an unswizzled one
+     * (an f32 row, sm90a-layout's tma_copy_ok) unpadded, its stages whole
+     * multiples of 128 bytes */
+    int64_t cols = t->dims[t->rank - 1].size, stage_bytes = esize(t->elem);
+    for (int d = 1; d < t->rank; d++)
+        stage_bytes *= t->dims[d].size;
+    if (tma && !swizzle && (stride || stage_bytes % 128)) {
+        cg_err(cg, op, "internal error: an unswizzled buffer TMA fills needs unpadded stages of 128k bytes", NULL);
+        return;
+    }
     LLVMValueRef bars = tma ? smem_alloc_pinned(cg, 8 * t->dims[0].size * (empty ? 2 : 1), 8) : NULL;
-    c->mem = shared_mem(cg, t, stride ? stride->i : 0, swizzle ? 128 : 0);
+    c->mem = shared_mem(cg, t, stride ? stride->i : tma ? cols : 0, swizzle ? 128 : 0, tma ? 128 : 16);
     if (tma)
         tma_ring_init(cg, op, c->mem, bars, empty);
     cg->owner = NULL;

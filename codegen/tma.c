@@ -105,13 +105,16 @@ bool tma_collect(Cg *cg, const Block *blk) {
                    : store ? slab_of(cg, op, tt->dims[0].size, tt->dims[1].size)
                            : (Slab){.row_dim = (int)dims->elems[0]->i, .col_dim = (int)dims->elems[1]->i,
                                     .rows = tt->dims[1].size, .cols = tt->dims[2].size};
-        int64_t panel = store ? panel_cols(st->elem) : TMA_PANEL;
+        /* an unswizzled stage (an f32 row: the backward's lse and D) is one
+         * box of its columns, up to 256 */
+        bool swizzled = store || op_attr(op->operands[1]->def, "nv.swizzle");
+        int64_t panel = store ? panel_cols(st->elem) : swizzled ? TMA_PANEL : box.cols;
         if (!shaped || box.cols % panel || box.rows > 256 || box.col_dim != st->rank - 1 || box.row_dim < 0 ||
             box.row_dim >= box.col_dim)
             return cg_err(cg, op, "internal error: a TMA copy or store needs a box of rows of a kernel parameter's "
                                   "innermost dim, at most 256 rows of 64k columns (run sm90a-layout)", NULL),
                    false;
-        KernelTmap m = {.arg = arg, .rank = st->rank};
+        KernelTmap m = {.arg = arg, .rank = st->rank, .swizzle = swizzled ? 128 : 0};
         for (int d = 0; d < st->rank; d++)
             m.box[d] = 1;
         m.box[box.row_dim] = box.rows;
@@ -121,7 +124,7 @@ bool tma_collect(Cg *cg, const Block *blk) {
             seen |= memcmp(&cg->hopper.tmaps[j], &m, sizeof m) == 0;
         if (!seen) {
             if (cg->hopper.ntmaps == MANIFEST_MAX_TMAPS)
-                return cg_err(cg, op, "a kernel takes at most 8 tensor maps (the runtime's MANIFEST_MAX_TMAPS)", NULL), false;
+                return cg_err(cg, op, "a kernel takes at most 12 tensor maps (the runtime's MANIFEST_MAX_TMAPS)", NULL), false;
             cg->hopper.tmap_src[cg->hopper.ntmaps] = src;
             cg->hopper.tmaps[cg->hopper.ntmaps++] = m;
         }
@@ -266,7 +269,8 @@ void tma_copy(Cg *cg, const Op *op) {
                      : rank == 3 ? "r,l,r,r,r,r,~{memory}" : rank == 4 ? "r,l,r,r,r,r,r,~{memory}"
                                                                 : "r,l,r,r,r,r,r,r,~{memory}";
     LLVMValueRef tmap = LLVMBuildPtrToInt(cg->b, cg->hopper.tmap_param[map], cg->i64, "");
-    for (int64_t c0 = 0; c0 < cols; c0 += TMA_PANEL) {
+    int64_t panel = dst->swizzle ? TMA_PANEL : cols;   /* (tma_collect's boxes) */
+    for (int64_t c0 = 0; c0 < cols; c0 += panel) {
         LLVMValueRef args[8];
         args[0] = ptr_i32(cg, gep(cg, dst->elem, base, ci64(cg, c0 * rows)));   /* panel c0/64 */
         args[1] = tmap;

@@ -12,7 +12,8 @@
  *                                                   ... tile.yield(..., %tn)
  *
  * Loads qualify when they read a global memref at indices that are the loop
- * index, loop-invariant or constants, with zero padding. S (2 or more) is the block's
+ * index, loop-invariant or constants, with zero padding: of 16-bit tiles,
+ * and where the target copies them (sm_90a's TMA) of f32 whole rows. S (2 or more) is the block's
  * `stages` for the target, else 2. On sm_70 the GPU lowering realises this as
  * register prefetch, on sm_80 as cp.async, on sm_90a as a TMA ring.
  *
@@ -78,15 +79,28 @@ static Value *index_at(Builder *b, Value *x, const Op *loop, const Value *iv, Va
     return r;
 }
 
-static bool qualifies(const Op *load, const Op *loop, const Value *iv) {
+/* Whether `load` (of tile type t from mem) reads one whole row of a
+ * static length: the backward's lse and D, a row of [B, H, QT, BM] per
+ * query tile (tiling_backward.c), which TMA copies whatever Nq is. */
+static bool whole_row(const Op *load, const Type *mem, const Type *t) {
+    Attr *dims = op_attr(load, "dims");
+    int inner = mem->rank - 1;
+    return t->rank == 2 && !t->dims[0].sym && t->dims[0].size == 1 && dims && dims->n == 2 &&
+           dims->elems[1]->i == inner && !mem->dims[inner].sym && mem->dims[inner].size == t->dims[1].size &&
+           dims->elems[0]->i >= 0 && dims->elems[0]->i < inner;
+}
+
+static bool qualifies(const Op *load, const Op *loop, const Value *iv, bool f32_rows) {
     const Value *mem = load->operands[0];
     Attr *pad = op_attr(load, "pad");
     if (mem->type->kind != TY_MEMREF || mem->type->space != AS_GLOBAL || (pad && pad->f != 0))
         return false;
-    /* the copies every target makes are of 16-bit boxes (the backward's
-     * f32 row vectors, LSE and D, stay loads) */
-    ScalarKind k = load->results[0]->type->elem;
-    if (k != SK_F16 && k != SK_BF16)
+    /* the copies every target makes are of 16-bit boxes; f32 whole rows
+     * where the target copies them (target.h copies_f32_rows; elsewhere
+     * the backward's lse and D stay loads) */
+    const Type *t = load->results[0]->type;
+    ScalarKind k = t->elem;
+    if (k != SK_F16 && k != SK_BF16 && !(k == SK_F32 && f32_rows && whole_row(load, mem->type, t)))
         return false;
     bool uses_iv = false;
     for (int i = 1; i < load->noperands; i++) {
@@ -506,13 +520,13 @@ static void replace_loop(Pipeline *pl) {
     op_unlink(pl->loop);
 }
 
-static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, bool async,
-                          bool waits_together) {
+static void pipeline_loop(PassContext *ctx, Op *loop, int64_t S, Mistake mistake, Chain *chain, const Target *target) {
+    bool async = target && target->async_copies, waits_together = target && target->gemm_waits_together;
     Block *body = loop->regions[0].blocks[0];
     Value *iv = body->args[0];
     PtrVec loads = {0};
     for_each_op(op, body)
-        if (op->kind == OP_LOAD && qualifies(op, loop, iv))
+        if (op->kind == OP_LOAD && qualifies(op, loop, iv, target && target->copies_f32_rows))
             vec_push(ctx->arena, &loads, op);
     if (!loads.len)
         return;
@@ -588,8 +602,7 @@ static bool run(Op *module, PassContext *ctx, Mistake mistake) {
             for (Op *op = body->first, *next; op; op = next) {
                 next = op->next;
                 if (op->kind == OP_FOR)
-                    pipeline_loop(ctx, op, S, mistake, &chain, target && target->async_copies,
-                                  target && target->gemm_waits_together);
+                    pipeline_loop(ctx, op, S, mistake, &chain, target);
             }
             end_chain(ctx, &chain, target && target->async_copies);
         }

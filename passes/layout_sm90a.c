@@ -85,11 +85,18 @@ static void tma_reductions(Arena *a, const Block *top, const Block *blk) {
     }
 }
 
+/* Or an f32 row (double-buffer's whole rows: the backward's lse and D)
+ * into an unswizzled [stages, 1, cols <= 256] buffer: one box a stage. */
 static bool tma_copy_ok(const Block *top, const Op *op) {
     const Type *dt = op->operands[1]->type;
     const Op *alloc = op->operands[1]->def;
-    return dt->rank == 3 && tma_box_ok(top, op->operands[0], op_attr(op, "dims"), dt->dims[1].size, dt->dims[2].size) &&
-           alloc && op_attr(alloc, "nv.swizzle");
+    Attr *dims = op_attr(op, "dims");
+    if (dt->rank != 3 || !alloc)
+        return false;
+    if (op->operands[0]->type->elem == SK_F32)
+        return dt->elem == SK_F32 && dt->dims[1].size == 1 && dt->dims[2].size <= 256 && dims && dims->n == 2 &&
+               !op_attr(alloc, "nv.swizzle") && tma_box_fits(top, op->operands[0], dims->elems[0]->i, dims->elems[1]->i, 1, dt->dims[2].size, 4);
+    return tma_box_ok(top, op->operands[0], dims, dt->dims[1].size, dt->dims[2].size) && op_attr(alloc, "nv.swizzle");
 }
 
 /* Moves [first, last] (a new buffer, its index constants, its copy) up

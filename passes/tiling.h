@@ -46,8 +46,8 @@ int64_t schedule_tile(const Op *func, const char *arch, int axis, int64_t fallba
 void schedule_on_launch(PassContext *ctx, const Op *func, Op *launch);
 int64_t default_tile(const char *arch, bool attention, int axis, int64_t D, KeyShape keys, bool lean);
 int64_t fit_keys(const char *arch, const Op *func, int64_t BM, int64_t BN, int64_t D);
-/* a dim the host computes before the launches (decode's split count): a
- * name no dim of func has, and its definition */
+/* a dim the host computes before the launches (decode's split count, the
+ * backward's query tiles): a name no dim of func has, and its definition */
 const char *fresh_dim_name(Arena *a, const Op *func, const char *name);
 void define_dim(PassContext *ctx, Builder *outer, const Op *op, const char *name, Value *count);
 

@@ -10,8 +10,9 @@
  * attn.attention_backward becomes three kernels (FlashAttention-2's plan,
  * doc/backward.md):
  *
- *   preprocess  a program per BM query rows of one (batch, head):
- *               D = rowsum(do ∘ o), f32 [B, Hq, Nq]
+ *   preprocess  a program per query tile of one (batch, head):
+ *               D = rowsum(do ∘ o), f32 [B, Hq, Nq], or with lse·log2(e)
+ *               a row per query tile (RowVectors)
  *   main        a program per BN keys of one (batch, kv head), holding dK and
  *               dV tiles: for each query head of the group, for each BM-row
  *               query tile, Sᵀ = K·Qᵀ (keys down, queries across, so lse and
@@ -70,6 +71,17 @@ typedef struct Seqs {
     Value *cu_q, *cu_k;   /* the offsets (side tensors of the kernels) */
 } Seqs;
 
+/* RowVectors: where the kernels read lse and D. Tiled, where the target
+ * copies f32 rows (target.h copies_f32_rows: sm_90a's TMA) and the
+ * sequences are not packed: the preprocess writes each query tile's BM
+ * values of D and of lse·log2(e) as one row of [B, Hq, QT, BM], QT =
+ * max(1, ceil(Nq / BM)) (a let dim), rows past Nq 0 — rows of a static
+ * length, which double-buffer pipelines with Q and dO (TMA's strides are
+ * multiples of 16 bytes whatever Nq is), as FlashAttention-3's preprocess
+ * pads its LSE and dPsum buffers. Else by query rows: the forward's lse
+ * [B, Hq, Nq] and D [B, Hq, Nq] (packed: [Hq, Tq], where a sequence's
+ * query tile starts anywhere), loaded in the loop. */
+
 /* The packed tensor operand i of op is a view of. */
 static Value *packed(const Op *op, int i) { return padded(op, i)->operands[0]; }
 
@@ -86,7 +98,7 @@ typedef struct BwdScores {
 } BwdScores;
 
 static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, double scale, Value *bi, Value *h,
-                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, Value *zeros) {
+                            Value *i, Value *j, Value *nk, Value *nq, Value *lse, bool lse_log2, Value *zeros) {
     const double log2e = 1.4426950408889634;
     ScalarKind acc = dot->type->elem;
     Value *s = b_bin(b, OP_MUL, dot, b_float(b, acc, scale));
@@ -124,12 +136,16 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, 
         x = b_select(b, valid, x, b_float(b, SK_F32, -INFINITY));
     Value *s2 = b_bin(b, OP_MUL, x, b_float(b, SK_F32, fold ? scale * log2e : log2e));
     /* lse = −inf (a row that sees no key) is read as 0, so that P = 0, not
-     * NaN. Formed here, after the scores' product, not where lse loads: the
-     * code generators keep this order, and ptxas, given the compare first,
-     * waited for the load before issuing the product (10 % of the sm_90a
-     * key-tile kernel's issue slots at head dim 64, ncu on the H100). */
-    Value *lse2 = b_bin(b, OP_MUL, lse, b_float(b, SK_F32, log2e));
-    lse2 = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse2);
+     * NaN: here (lse_log2: the preprocess did, lse_rows). Formed after the
+     * scores' product, not where lse loads: the code generators keep this
+     * order, and ptxas, given the compare first, waited for the load before
+     * issuing the product (10 % of the sm_90a key-tile kernel's issue slots
+     * at head dim 64, ncu on the H100). */
+    Value *lse2 = lse;
+    if (!lse_log2) {
+        lse2 = b_bin(b, OP_MUL, lse, b_float(b, SK_F32, log2e));
+        lse2 = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse2);
+    }
     if (valid && fold)
         lse2 = b_select(b, valid, lse2, inf);
     r.p = b_unary(b, OP_EXP2, b_bin(b, OP_SUB, s2, lse2));
@@ -157,18 +173,19 @@ static Value *backward_ds(Builder *b, const Op *op, Map *memrefs, BwdScores sc, 
  * tiles its rows can see (the forward's key segments) and sums dS·K in its
  * own registers, in a fixed order: no atomics, the same bits every run
  * (Triton's and FlexAttention's plan: two more products than the atomics). */
-static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Value *delta_in, PtrVec *side, int64_t BM,
-                     int64_t BN, const Seqs *sq) {
+static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Op *pre, PtrVec *side, int64_t BM,
+                     int64_t BN, const Seqs *sq, bool tiled) {
     Arena *a = ctx->arena;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
     ScalarKind acc = op_attr(op, "acc")->type->elem, dt = qt->elem, F = SK_F32;
     double scale = op_attr(op, "scale")->f;
-    /* (packed sequences: rows along dim 0 of [T, H, D], lse and D [H, T]) */
-    const int rows_cols[2] = {sq ? 0 : 2, sq ? 2 : 3}, row_vec[2] = {sq ? 1 : 2, -1};
+    /* (packed sequences: rows along dim 0 of [T, H, D]; lse and D: RowVectors) */
+    const int rows_cols[2] = {sq ? 0 : 2, sq ? 2 : 3}, row_vec[2] = {sq ? 1 : tiled ? 3 : 2, -1};
     int nin = 6 + side->len;
     Value **inputs = NEW_ARRAY(a, Value *, nin), **args;
-    Value *in6[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5], delta_in};
+    Value *in6[6] = {op->operands[0], op->operands[1], op->operands[2], tiled ? pre->results[1] : op->operands[4],
+                     op->operands[5], pre->results[0]};
     for (int i = 0; sq && i < 5; i++)
         in6[i] = packed(op, i < 3 ? i : i + 1);
     memcpy(inputs, in6, sizeof in6);
@@ -188,7 +205,7 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         kh = b_bin(&b, OP_FLOORDIV, h, b_bin(&b, OP_FLOORDIV, H, HK));
         r0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BM));
     }
-    Value *qi[4] = {bi, h, r0, zero}, *li[3] = {bi, h, r0};
+    Value *qi[4] = {bi, h, r0, zero}, *li[4] = {bi, h, tiled ? args[0] : r0, zero};
     if (sq) {   /* query tile r0 of sequence bi, its rows from q_start, its keys from k_start */
         h = args[1];
         QueryTile t = sequence_query_tile(&b, args[0], map_get(&memrefs, sq->cu_q), map_get(&memrefs, sq->cu_k),
@@ -222,7 +239,7 @@ static Op *dq_kernel(PassContext *ctx, Builder *outer, Op *op, Value **grid, Val
         Value *kT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, D, BN), 1, &ktile);
         Value *s_ops[3] = {q, kT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
         Value *st = b_emit(&body, OP_DOT, b_tile_type(&body, acc, BM, BN), 3, s_ops);
-        BwdScores sc = backward_p(&body, op, &memrefs, st, scale, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse,
+        BwdScores sc = backward_p(&body, op, &memrefs, st, scale, bi, h, i, j, seg[k].masked ? nk : NULL, NULL, lse, tiled,
                                   zeros);
         Value *vT = b_emit(&body, OP_TRANS, b_tile_type(&body, dt, DV, BN), 1, &vtile);
         Value *dp_ops[3] = {dout, vT, b_splat(&body, b_float(&body, acc, 0), BM, BN)};
@@ -271,25 +288,43 @@ static void row_grid(Builder *b, const Type *t, int64_t rows, bool seqs, Value *
     grid[2] = b_index(b, 1);
 }
 
-/* preprocess: D = rowsum(dO ∘ O), a query tile a block (grid qgrid). */
-static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_t BM, const Seqs *sq) {
+/* preprocess: D = rowsum(dO ∘ O), a query tile a block (grid qgrid,
+ * `rows` rows a block), as RowVectors says: by rows, D [B, Hq, Nq] or
+ * packed [Hq, Tq]; tiled (qtiles.sym, QT), D and lse·log2(e) (−inf, a row
+ * that sees no key, made 0 so that P = 0, not NaN) one row each of
+ * [B, Hq, QT, rows], rows past Nq 0. */
+static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_t rows, const Seqs *sq, Dim qtiles) {
+    bool tiled = qtiles.sym != NULL;
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *vt = op->operands[2]->type;
     const int64_t DV = vt->dims[3].size;
     ScalarKind dt = qt->elem, F = SK_F32;
-    Dim Bd = qt->dims[0], Hq = qt->dims[1], Nq = qt->dims[2];
+    Dim Bd = qt->dims[0], Hq = qt->dims[1];
     Value **args;
-    Value *pre_in[2] = {sq ? packed(op, 3) : op->operands[3], sq ? packed(op, 5) : op->operands[5]};
-    Type *delta_t = sq ? type_shaped(a, TY_TENSOR, F, 2, (Dim[2]){Hq, sq->q->dims[0]})
-                       : type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, Nq});
-    Op *pre = make_launch(outer, op->loc, qgrid, 2, pre_in, 1, &delta_t, (const char *[]){"delta"}, &args);
+    Value *pre_in[3] = {sq ? packed(op, 3) : op->operands[3], sq ? packed(op, 5) : op->operands[5], op->operands[4]};
+    Type *row_t = sq      ? type_shaped(a, TY_TENSOR, F, 2, (Dim[2]){Hq, sq->q->dims[0]})
+                  : tiled ? tensor4(a, F, Bd, Hq, qtiles, (Dim){NULL, rows})
+                          : type_shaped(a, TY_TENSOR, F, 3, (Dim[3]){Bd, Hq, qt->dims[2]});
+    Type *out_t[2] = {row_t, row_t};
+    Op *pre = make_launch(outer, op->loc, qgrid, tiled ? 3 : 2, pre_in, tiled ? 2 : 1, out_t,
+                          (const char *[]){"delta", "lse_log2"}, &args);
     {
         Builder b = {a, pre->regions[0].blocks[0], NULL, op->loc};
-        RowBox box = row_box(&b, args, Hq, BM, sq);
-        Value *o = t_load(&b, args[3], box.idx, box.dims, b_tile_type(&b, dt, BM, DV), 0);
-        Value *dout = t_load(&b, args[4], box.idx, box.dims, b_tile_type(&b, dt, BM, DV), 0);
+        RowBox box = row_box(&b, args, Hq, rows, sq);
+        Value *o = t_load(&b, args[3], box.idx, box.dims, b_tile_type(&b, dt, rows, DV), 0);
+        Value *dout = t_load(&b, args[4], box.idx, box.dims, b_tile_type(&b, dt, rows, DV), 0);
         Value *d = b_row_reduce(&b, "sum", b_bin(&b, OP_MUL, b_cast(&b, dout, F), b_cast(&b, o, F)));
-        t_store(&b, args[5], d, box.vidx, box.vdims);
+        if (!tiled) {
+            t_store(&b, args[5], d, box.vidx, box.vdims);
+        } else {
+            Value *lse = t_load(&b, args[5], box.vidx, box.vdims, b_tile_type(&b, F, rows, 1), 0);
+            Value *lse2 = b_bin(&b, OP_MUL, lse, b_float(&b, F, 1.4426950408889634));
+            lse2 = b_select(&b, b_cmp(&b, "eq", lse, b_float(&b, F, -INFINITY)), b_float(&b, F, 0), lse2);
+            Value *at[4] = {box.idx[0], box.idx[1], args[0], b_index(&b, 0)};
+            const int along[2] = {3, -1};
+            t_store(&b, args[6], d, at, along);
+            t_store(&b, args[7], lse2, at, along);
+        }
         t_yield(&b, 0, NULL);
     }
     return pre;
@@ -330,21 +365,21 @@ static GroupCover group_cover(const Op *op, bool deterministic, int64_t BM, int6
 }
 
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN, GroupCover cover, const Seqs *sq) {
+                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
     ScalarKind dt = qt->elem, F = SK_F32;
     Dim Bd = qt->dims[0], Hq = qt->dims[1], Hk = kt->dims[1], Nq = qt->dims[2], Nk = kt->dims[2];
-    /* (packed sequences: rows along dim 0 of [T, H, D], lse and D [H, T]) */
-    const int rows_cols[2] = {sq ? 0 : 2, sq ? 2 : 3}, col_vec[2] = {-1, sq ? 1 : 2};
+    /* (packed sequences: rows along dim 0 of [T, H, D]; lse and D: RowVectors) */
+    const int rows_cols[2] = {sq ? 0 : 2, sq ? 2 : 3}, col_vec[2] = {tiled ? 2 : -1, sq ? 1 : tiled ? 3 : 2};
     Value **args;
     ScalarKind acc = op_attr(op, "acc")->type->elem;
     double scale = op_attr(op, "scale")->f;
     int nin = 6 + side->len;
     Value **inputs = NEW_ARRAY(a, Value *, nin);
-    Value *main_in[6] = {op->operands[0], op->operands[1], op->operands[2], op->operands[4], op->operands[5],
-                         pre->results[0]};
+    Value *main_in[6] = {op->operands[0], op->operands[1], op->operands[2],
+                         tiled ? pre->results[1] : op->operands[4], op->operands[5], pre->results[0]};
     for (int i = 0; sq && i < 5; i++)
         main_in[i] = packed(op, i < 3 ? i : i + 1);
     memcpy(inputs, main_in, sizeof main_in);
@@ -425,7 +460,10 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
         Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
-        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)}, *li[3] = {bi, h, m0};
+        /* lse and D: query tile m0 / BM's row (tiled), or by rows from m0, or
+           with packed sequences from the sequence's q_start + m0 */
+        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
+        Value *li[4] = {bi, h, tiled ? b_bin(&mb, OP_FLOORDIV, m0, b_index(&mb, BM)) : m0, b_index(&mb, 0)};
         if (sq) {
             Value *row = b_bin(&mb, OP_ADD, q_start, m0);
             qi[0] = row, qi[1] = h, qi[2] = b_index(&mb, 0);
@@ -434,7 +472,9 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *q = t_load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
         Value *dout = t_load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
         Value *lse = t_load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
-        Value *delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
+        /* D: tiled, loaded by its use (with lse, 32 f32 registers a thread at
+           BM = 64 from the stage, it made sm_90a spill in the loop) */
+        Value *delta = tiled ? NULL : t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
         if (sq) {   /* rows past the sequence's end: lse and D of another sequence, or of none (anything, NaN
                        too), made 0, so that their P and dS are 0 (P is masked; D multiplies it) */
@@ -446,7 +486,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *st = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops);
         Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
-        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, zeros);
+        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, tiled, zeros);
         Value *p = sc.p;
         Value *pc = b_cast(&mb, p, dt);
         Value *dv_ops[3] = {pc, dout, mc[1]};
@@ -454,6 +494,8 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
         Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
         Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
+        if (tiled)
+            delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
         Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
         Value *dsc = b_cast(&mb, ds, dt);
         Value *dk_ops[3] = {dsc, q, mc[0]};
@@ -604,12 +646,22 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     collect_side_tensors(op, a, &side);
     for (int i = 0; sq && i < 2; i++)
         add_side_tensor(a, &side, i ? seqs.cu_k : seqs.cu_q);
-    Value *rgrid[3];
+    Value *rgrid[3], *pgrid[3];
     row_grid(&outer, sq ? sq->q : qt, ROW_KERNEL_ROWS, sq, rgrid);
-    Op *pre = preprocess_kernel(&outer, op, rgrid, ROW_KERNEL_ROWS, sq);
+    bool tiled = !sq && target_lookup(ctx->arch)->copies_f32_rows;
+    Op *pre;
+    if (!tiled) {
+        pre = preprocess_kernel(&outer, op, rgrid, ROW_KERNEL_ROWS, sq, (Dim){0});
+    } else {   /* a row of lse and D per query tile of the key-tile kernel: QT = max(1, ceil(Nq / BM)) */
+        Dim qtiles = {fresh_dim_name(a, func, "QTILES"), 0};
+        Value *count = b_bin(&outer, OP_MAX, b_ceildiv(&outer, b_dim(&outer, qt->dims[2]), BM), b_index(&outer, 1));
+        define_dim(ctx, &outer, op, qtiles.sym, count);
+        row_grid(&outer, qt, BM, false, pgrid);
+        pre = preprocess_kernel(&outer, op, pgrid, BM, NULL, qtiles);
+    }
     block_append(&tmp, pre);
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled);
     block_append(&tmp, mainl);
     /* dot-hoist's switch */
     if (hoist || schedule_directive(func, ctx->arch, SCHED_OVERLAP))
@@ -635,7 +687,7 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
             dgrid[0] = b_bin(&outer, OP_ADD, b_ceildiv(&outer, b_dim(&outer, sq->q->dims[0]), BM), b_dim(&outer, qt->dims[0]));
             dgrid[1] = b_dim(&outer, qt->dims[1]);
         }
-        post = dq_kernel(ctx, &outer, op, dgrid, pre->results[0], &side, BM, dq_bn, sq);
+        post = dq_kernel(ctx, &outer, op, dgrid, pre, &side, BM, dq_bn, sq, tiled);
     } else {
         post = postprocess_kernel(&outer, op, mainl, rgrid, ROW_KERNEL_ROWS, sq);
     }

@@ -60,7 +60,7 @@ static int encode_tmap(const Block *b, KernelSpec *k, TmapSpec *tm, void *const 
     snprintf(what, sizeof what, "(kernel %s, tensor '%s')", k->name, ts->name);
     tm->ptr = NULL;
     _Alignas(64) uint64_t map[16];   /* CUtensorMap's alignment */
-    int rc = cuda_tensor_map(map, ts->dtype, ts->rank, ptr, dims, strides, box, what);
+    int rc = cuda_tensor_map(map, ts->dtype, ts->rank, ptr, dims, strides, box, tm->swizzle128, what);
     if (rc)
         return rc;
     memcpy(tm->map, map, sizeof map);

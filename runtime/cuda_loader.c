@@ -244,10 +244,10 @@ int cuda_synchronize(void) {
 }
 
 /* CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h) */
-enum { TMAP_F16 = 6, TMAP_F32 = 7, TMAP_BF16 = 9, TMAP_SWIZZLE_128B = 3, TMAP_L2_256B = 3 };
+enum { TMAP_F16 = 6, TMAP_F32 = 7, TMAP_BF16 = 9, TMAP_SWIZZLE_NONE = 0, TMAP_SWIZZLE_128B = 3, TMAP_L2_256B = 3 };
 
 int cuda_tensor_map(void *map, int dtype, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
-                    const unsigned *box, const char *what) {
+                    const unsigned *box, bool swizzle128, const char *what) {
     int rc = ready();
     if (rc)
         return rc;
@@ -258,6 +258,6 @@ int cuda_tensor_map(void *map, int dtype, int rank, void *addr, const uint64_t *
     /* interleave none, out-of-bounds elements read as zero */
     int type = dtype == ATTNRT_BF16 ? TMAP_BF16 : dtype == ATTNRT_F32 ? TMAP_F32 : TMAP_F16;
     return check(cu.cuTensorMapEncodeTiled(map, type, (unsigned)rank, addr, dims, strides, box,
-                                           ones, 0, TMAP_SWIZZLE_128B, TMAP_L2_256B, 0),
+                                           ones, 0, swizzle128 ? TMAP_SWIZZLE_128B : TMAP_SWIZZLE_NONE, TMAP_L2_256B, 0),
                  "cuTensorMapEncodeTiled", what);
 }

@@ -4,6 +4,7 @@
  * text for the error. Internal to the runtime. */
 #ifndef ATTNRT_CUDA_LOADER_H
 #define ATTNRT_CUDA_LOADER_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,7 +25,8 @@ int cuda_memset_async(void *dst, unsigned char byte, size_t bytes, void *stream)
 int cuda_synchronize(void);
 /* A CUtensorMap (128 bytes, 64-byte aligned) over a tensor of dtype (an
  * attnrt_dtype: f16, bf16 or f32) for TMA:
- * dims and box innermost first, strides in bytes of dims 1.., SWIZZLE_128B. */
+ * dims and box innermost first, strides in bytes of dims 1.., SWIZZLE_128B
+ * (swizzle128) or none. */
 int cuda_tensor_map(void *map, int dtype, int rank, void *addr, const uint64_t *dims, const uint64_t *strides,
-                    const unsigned *box, const char *what);
+                    const unsigned *box, bool swizzle128, const char *what);
 #endif

@@ -62,8 +62,9 @@ static bool parse_shape(char *s, TensorSpec *t) {
     return true;
 }
 
-/* The manifest version this runtime reads (manifest.h). */
-enum { MANIFEST_VERSION = ATTNC_MANIFEST_VERSION };
+/* The manifest versions this runtime reads (manifest.h): a version 4
+ * manifest reads as one of 5 (which added a value, swizzle=none). */
+enum { MANIFEST_VERSION = ATTNC_MANIFEST_VERSION, MANIFEST_OLDEST = 4 };
 
 /* One manifest line: its entry word, then key=value words. A value has no
  * spaces, except message=, which runs to the end of the line. */
@@ -312,7 +313,7 @@ static int entry_kernel(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     return ATTNRT_OK;
 }
 
-/* tmap kernel=K tensor=T box=A,B swizzle=128: a tensor map of the kernel line before it */
+/* tmap kernel=K tensor=T box=A,B swizzle=128|none: a tensor map of the kernel line before it */
 static int entry_tmap(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     Block *cur = *curp;
     /* belongs to the kernel line before it */
@@ -334,9 +335,10 @@ static int entry_tmap(attnrt_module *m, Block **curp, Entry *e, int lineno) {
     if (ts->dtype != ATTNRT_F16 && ts->dtype != ATTNRT_BF16 && ts->dtype != ATTNRT_F32)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: tmap of a %s tensor (TMA maps f16, bf16 and f32)", lineno,
                     attnrt_dtype_name(ts->dtype));
-    if (strcmp(swizzle, "128") != 0)
+    if (strcmp(swizzle, "128") != 0 && strcmp(swizzle, "none") != 0)
         return rt_fail(ATTNRT_ERROR_MANIFEST, "manifest line %d: swizzle=%s is not known to this runtime", lineno,
                     swizzle);
+    tm->swizzle128 = strcmp(swizzle, "128") == 0;
     char buf[256], *w[ATTNRT_MAX_RANK + 1];
     snprintf(buf, sizeof buf, "%s", box);
     int n = split_list(buf, ',', w, ATTNRT_MAX_RANK + 1);
@@ -461,11 +463,11 @@ static int parse_manifest(attnrt_module *m) {
             char extra;
             if (sscanf(line, "// attnc-manifest %d%c", &version, &extra) != 1)
                 break;
-            if (version != MANIFEST_VERSION)
+            if (version < MANIFEST_OLDEST || version > MANIFEST_VERSION)
                 return rt_fail(ATTNRT_ERROR_MANIFEST,
-                            "manifest version %d is not supported (this runtime reads %d): compile the block again "
-                            "with the attnc that matches this libattnrt",
-                            version, MANIFEST_VERSION);
+                            "manifest version %d is not supported (this runtime reads %d to %d): compile the block "
+                            "again with the attnc that matches this libattnrt",
+                            version, MANIFEST_OLDEST, MANIFEST_VERSION);
             header = true;
             continue;
         }

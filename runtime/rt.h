@@ -49,6 +49,7 @@ typedef struct TensorSpec {
 typedef struct TmapSpec {
     int tensor;
     unsigned box[ATTNRT_MAX_RANK];
+    bool swizzle128;                    /* SWIZZLE_128B, else none (manifest's swizzle=128 or none) */
     void *ptr;                          /* the cached map's */
     int64_t shape[ATTNRT_MAX_RANK], strides[ATTNRT_MAX_RANK];
     uint64_t map[16];                   /* a CUtensorMap (a copy: the module is malloc'd, 16-byte aligned) */

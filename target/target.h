@@ -33,6 +33,10 @@ typedef struct Target {
     bool short_shared;             /* 32-bit shared-memory addresses (LLVM's -nvptx-short-ptr) */
     bool async_copies;             /* copies in flight hold no registers (cp.async, TMA): the
                                       double-buffer pass runs them on across loop segments */
+    /* the double-buffer pass also pipelines f32 loads of whole rows of a
+     * static length (the backward's lse and D, a row per query tile), which
+     * TMA copies; the other targets' copiers move 16-bit boxes */
+    bool copies_f32_rows;
     /* a GEMM K loop's waits all go to its top (double-buffer): where each
      * wait ends in a block barrier (cp.async), one barrier a K step instead
      * of one per product; not under mbarrier waits (sm_90a's TMA), where

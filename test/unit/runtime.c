@@ -71,6 +71,10 @@ int main(int argc, char **argv) {
     report("tmap-box-rank", attnrt_load_data(tmap_box, sizeof tmap_box - 1, &m));
     const char tmap_big[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=512,64 swizzle=128\n";
     report("tmap-box-size", attnrt_load_data(tmap_big, sizeof tmap_big - 1, &m));
+    const char tmap_none[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=1,64 swizzle=none\n// end\n";
+    report("tmap-swizzle-none", attnrt_load_data(tmap_none, sizeof tmap_none - 1, &m));
+    attnrt_unload(m);
+    m = NULL;
     const char tmap_swz[] = TMAP_HEAD "// tmap kernel=b_k0 tensor=k box=64,64 swizzle=64\n";
     report("tmap-swizzle", attnrt_load_data(tmap_swz, sizeof tmap_swz - 1, &m));
     /* f32 tensors take maps too (the backward's accumulators, added into by bulk reduce-adds); i32 ones do not */
