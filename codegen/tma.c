@@ -124,7 +124,10 @@ bool tma_collect(Cg *cg, const Block *blk) {
             seen |= memcmp(&cg->hopper.tmaps[j], &m, sizeof m) == 0;
         if (!seen) {
             if (cg->hopper.ntmaps == MANIFEST_MAX_TMAPS)
-                return cg_err(cg, op, "a kernel takes at most 12 tensor maps (the runtime's MANIFEST_MAX_TMAPS)", NULL), false;
+                return cg_err(cg, op, "%s",
+                              arena_printf(cg->a, "a kernel takes at most %d tensor maps (the runtime's "
+                                                  "MANIFEST_MAX_TMAPS)", MANIFEST_MAX_TMAPS)),
+                       false;
             cg->hopper.tmap_src[cg->hopper.ntmaps] = src;
             cg->hopper.tmaps[cg->hopper.ntmaps++] = m;
         }

@@ -97,9 +97,18 @@ typedef struct BwdScores {
     Value *valid;     /* the scores the bounds and the mask leave visible, or NULL: every one */
 } BwdScores;
 
+static const double log2e = 1.4426950408889634;
+
+/* lse·log2(e), with lse = −inf (a row that sees no key) read as 0, so that
+ * P = exp2(… − it) is 0, not NaN: in the key-tile loop (by rows), or once
+ * in the preprocess (RowVectors tiled). */
+static Value *lse_log2e(Builder *b, Value *lse) {
+    Value *l2 = b_bin(b, OP_MUL, lse, b_float(b, SK_F32, log2e));
+    return b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), l2);
+}
+
 static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, double scale, Value *bi, Value *h,
                             Value *i, Value *j, Value *nk, Value *nq, Value *lse, bool lse_log2, Value *zeros) {
-    const double log2e = 1.4426950408889634;
     ScalarKind acc = dot->type->elem;
     Value *s = b_bin(b, OP_MUL, dot, b_float(b, acc, scale));
     bool hooked = op->regions[0].nblocks;
@@ -135,17 +144,12 @@ static BwdScores backward_p(Builder *b, const Op *op, Map *memrefs, Value *dot, 
     if (valid && !fold)
         x = b_select(b, valid, x, b_float(b, SK_F32, -INFINITY));
     Value *s2 = b_bin(b, OP_MUL, x, b_float(b, SK_F32, fold ? scale * log2e : log2e));
-    /* lse = −inf (a row that sees no key) is read as 0, so that P = 0, not
-     * NaN: here (lse_log2: the preprocess did, lse_rows). Formed after the
-     * scores' product, not where lse loads: the code generators keep this
-     * order, and ptxas, given the compare first, waited for the load before
+    /* lse·log2(e) (lse_log2e; with lse_log2 the preprocess formed it),
+     * formed after the scores' product, not where lse loads: the code
+     * generators keep this order, and ptxas, given the compare first, waited for the load before
      * issuing the product (10 % of the sm_90a key-tile kernel's issue slots
      * at head dim 64, ncu on the H100). */
-    Value *lse2 = lse;
-    if (!lse_log2) {
-        lse2 = b_bin(b, OP_MUL, lse, b_float(b, SK_F32, log2e));
-        lse2 = b_select(b, b_cmp(b, "eq", lse, b_float(b, SK_F32, -INFINITY)), b_float(b, SK_F32, 0), lse2);
-    }
+    Value *lse2 = lse_log2 ? lse : lse_log2e(b, lse);
     if (valid && fold)
         lse2 = b_select(b, valid, lse2, inf);
     r.p = b_unary(b, OP_EXP2, b_bin(b, OP_SUB, s2, lse2));
@@ -318,8 +322,7 @@ static Op *preprocess_kernel(Builder *outer, const Op *op, Value **qgrid, int64_
             t_store(&b, args[5], d, box.vidx, box.vdims);
         } else {
             Value *lse = t_load(&b, args[5], box.vidx, box.vdims, b_tile_type(&b, F, rows, 1), 0);
-            Value *lse2 = b_bin(&b, OP_MUL, lse, b_float(&b, F, 1.4426950408889634));
-            lse2 = b_select(&b, b_cmp(&b, "eq", lse, b_float(&b, F, -INFINITY)), b_float(&b, F, 0), lse2);
+            Value *lse2 = lse_log2e(&b, lse);
             Value *at[4] = {box.idx[0], box.idx[1], args[0], b_index(&b, 0)};
             const int along[2] = {3, -1};
             t_store(&b, args[6], d, at, along);
