@@ -51,6 +51,54 @@ static void query_range(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t
     }
 }
 
+/* The query tiles [start, end) of key tile [j0, j0 + BN) (query_range) as
+ * up to three loops, the forward's key segments transposed
+ * (tiling_attention.c): tiles inside every bound need no mask — all of the
+ * tile's keys inside nk, its rows inside nq, and with an exact band each
+ * row seeing each key: with hi(i) = i + Kh from m0 ≥ j0 + BN − 1 − Kh (past
+ * the causal diagonal), with lo(i) = i + Kl up to m0 + BM − 1 + Kl ≤ j0.
+ * The tiles before them (the diagonal's) and after them (past nq, a
+ * window's far edge) are masked; a mask that is not exactly its band, or a
+ * bound of another slope, masks every tile. Every segment starts on
+ * start's grid of BM, so each tile is the one the single loop would see. */
+static int query_segments(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t BN, Value *nq, Value *nk,
+                          Value *start, Value *end, Segment *seg) {
+    Attr *band = op_attr(op, "band");
+    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
+    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    bool unmasked = op->regions[2].nblocks == 0;
+    bool slopes_one = (!lo || attrs_get(lo->entries, lo->n, "i")->i == 1) &&
+                      (!hi || attrs_get(hi->entries, hi->n, "i")->i == 1);
+    if (!slopes_one || (!unmasked && !(exact && exact->i))) {
+        seg[0] = (Segment){start, end, true};
+        return 1;
+    }
+    Value *zero = b_index(b, 0), *bm = b_index(b, BM);
+    Value *first = start;   /* the first interior tile */
+    if (hi) {
+        Value *row = b_bin(b, OP_SUB, b_bin(b, OP_ADD, j0, b_index(b, BN - 1)), band_at(b, hi, zero));
+        first = b_bin(b, OP_MUL, b_ceildiv(b, b_bin(b, OP_MAX, row, zero), BM), bm);
+        if (tiling_interior_early)   /* the broken twin */
+            first = b_bin(b, OP_MAX, b_bin(b, OP_SUB, first, bm), zero);
+    }
+    Value *past = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, nq, bm), bm);   /* the first tile past it */
+    if (lo) {
+        Value *row = b_bin(b, OP_ADD, b_bin(b, OP_SUB, j0, band_at(b, lo, zero)), b_index(b, 1));
+        past = b_bin(b, OP_MIN, past, b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, b_bin(b, OP_MAX, row, zero), bm), bm));
+    }
+    Value *keys_inside = b_cmp(b, "le", b_bin(b, OP_ADD, j0, b_index(b, BN)), nk);
+    past = b_select(b, keys_inside, past, zero);
+    Value *in_lo = b_bin(b, OP_MIN, b_bin(b, OP_MAX, first, start), end);
+    Value *in_hi = b_bin(b, OP_MIN, b_bin(b, OP_MAX, past, in_lo), end);
+    int n = 0;
+    if (hi)   /* with no upper bound every row sees the tile's last key: no leading edge */
+        seg[n++] = (Segment){start, in_lo, true};
+    seg[n++] = (Segment){in_lo, in_hi, false};
+    seg[n++] = (Segment){in_hi, end, true};
+    return n;
+}
+
 static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
     Dim d[4] = {d0, d1, d2, d3};
     return type_shaped(a, TY_TENSOR, k, 4, d);
@@ -367,6 +415,98 @@ static GroupCover group_cover(const Op *op, bool deterministic, int64_t BM, int6
     return deterministic ? GROUP_LOOP : HEAD_BLOCKS;
 }
 
+/* One step of the key-tile kernel's query loop: query tile m0 against the
+ * block's key tile, its dK and dV added into mc (next: the sums), dQ's
+ * share added into dQacc. `masked`: the tile's bounds and the mask apply
+ * (query_segments: an interior tile needs neither). */
+typedef struct QueryStep {
+    const Op *op;
+    Map *memrefs;
+    Value *Q, *DO, *LSE, *DELTA, *DQ;        /* DQ NULL: deterministic (dq_kernel makes dQ) */
+    Value *bi, *h, *q_start, *ktile, *vtile, *j, *nq, *nk;
+    int64_t BM, BN, D, DV;
+    ScalarKind dt, acc;
+    double scale;
+    const int *rows_cols, *col_vec;
+    bool tiled;
+    const Seqs *sq;
+} QueryStep;
+
+static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, bool masked, Value **next) {
+    const Op *op = s->op;
+    Value *Q = s->Q, *DO = s->DO, *LSE = s->LSE, *DELTA = s->DELTA, *DQ = s->DQ, *bi = s->bi, *h = s->h;
+    Value *q_start = s->q_start, *ktile = s->ktile, *vtile = s->vtile, *j = s->j, *nq = s->nq;
+    Value *nk = masked ? s->nk : NULL;
+    const int64_t BM = s->BM, BN = s->BN, D = s->D, DV = s->DV;
+    const ScalarKind dt = s->dt, acc = s->acc, F = SK_F32;
+    const double scale = s->scale;
+    const int *rows_cols = s->rows_cols, *col_vec = s->col_vec;
+    const bool tiled = s->tiled;
+    const Seqs *sq = s->sq;
+    /* lse and D: query tile m0 / BM's row (tiled), or by rows from m0, or
+       with packed sequences from the sequence's q_start + m0 */
+    Value *qi[4] = {bi, h, m0, b_index(mb, 0)};
+    Value *li[4] = {bi, h, tiled ? b_bin(mb, OP_FLOORDIV, m0, b_index(mb, BM)) : m0, b_index(mb, 0)};
+    if (sq) {
+        Value *row = b_bin(mb, OP_ADD, q_start, m0);
+        qi[0] = row, qi[1] = h, qi[2] = b_index(mb, 0);
+        li[0] = h, li[1] = row;
+    }
+    Value *q = t_load(mb, Q, qi, rows_cols, b_tile_type(mb, dt, BM, D), 0);
+    Value *dout = t_load(mb, DO, qi, rows_cols, b_tile_type(mb, dt, BM, DV), 0);
+    Value *lse = t_load(mb, LSE, li, col_vec, b_tile_type(mb, F, 1, BM), 0);
+    /* D: tiled, loaded by its use (with lse, 32 f32 registers a thread at
+       BM = 64 from the stage, it made sm_90a spill in the loop) */
+    Value *delta = tiled ? NULL : t_load(mb, DELTA, li, col_vec, b_tile_type(mb, F, 1, BM), 0);
+    Value *i = b_bin(mb, OP_ADD, b_iota(mb, 1, 1, BM), m0);   /* queries across */
+    if (sq && masked) {   /* rows past the sequence's end: lse and D of another sequence, or of none
+                             (anything, NaN too), made 0, so that their P and dS are 0 (P is masked; D
+                             multiplies it); an unmasked tile has none */
+        Value *mine = b_cmp(mb, "lt", i, nq), *fz = b_float(mb, F, 0);
+        lse = b_select(mb, mine, lse, fz);
+        delta = b_select(mb, mine, delta, fz);
+    }
+    Value *qT = b_emit(mb, OP_TRANS, b_tile_type(mb, dt, D, BM), 1, &q);
+    Value *ops[3] = {ktile, qT, b_splat(mb, b_float(mb, acc, 0), BN, BM)};
+    Value *st = b_emit(mb, OP_DOT, b_tile_type(mb, acc, BN, BM), 3, ops);
+    Value *zeros = b_splat(mb, b_float(mb, F, 0), BN, BM);
+    BwdScores sc = backward_p(mb, op, s->memrefs, st, scale, bi, h, i, j, nk, nq, lse, tiled, zeros);
+    Value *p = sc.p;
+    Value *pc = b_cast(mb, p, dt);
+    Value *dv_ops[3] = {pc, dout, mc[1]};
+    Value *dv = b_emit(mb, OP_DOT, mc[1]->type, 3, dv_ops);
+    Value *doT = b_emit(mb, OP_TRANS, b_tile_type(mb, dt, DV, BM), 1, &dout);
+    Value *dp_ops[3] = {vtile, doT, b_splat(mb, b_float(mb, acc, 0), BN, BM)};
+    Value *dp = b_cast(mb, b_emit(mb, OP_DOT, b_tile_type(mb, acc, BN, BM), 3, dp_ops), F);
+    if (tiled)
+        delta = t_load(mb, DELTA, li, col_vec, b_tile_type(mb, F, 1, BM), 0);
+    Value *ds = backward_ds(mb, op, s->memrefs, sc, dp, delta, bi, h, i, j, zeros);
+    Value *dsc = b_cast(mb, ds, dt);
+    Value *dk_ops[3] = {dsc, q, mc[0]};
+    Value *dk = b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
+    if (DQ) {
+        /* dQ = dS·K: dSᵀ's transpose through shared memory (the
+         * scratch copy); with more keys than queries a step (BN = D,
+         * backward_tile), dQᵀ = Kᵀ·dSᵀ instead, D rows like every other
+         * tile's BN, added into dQacc transposed */
+        Value *ds_by_query = b_emit(mb, OP_TRANS, b_tile_type(mb, dt, BM, BN), 1, &dsc);
+        Value *dq;
+        if (BM == BN) {
+            Value *dq_ops[3] = {ds_by_query, ktile, b_splat(mb, b_float(mb, acc, 0), BM, D)};
+            dq = b_emit(mb, OP_DOT, b_tile_type(mb, acc, BM, D), 3, dq_ops);
+        } else {
+            Value *kT = b_emit(mb, OP_TRANS, b_tile_type(mb, dt, D, BN), 1, &ktile);
+            Value *dsT = b_emit(mb, OP_TRANS, b_tile_type(mb, dt, BN, BM), 1, &ds_by_query);
+            Value *dq_ops[3] = {kT, dsT, b_splat(mb, b_float(mb, acc, 0), D, BM)};
+            dq = b_emit(mb, OP_DOT, b_tile_type(mb, acc, D, BM), 3, dq_ops);
+        }
+        /* (packed sequences: rows past the sequence's end add their dS of 0) */
+        const int dq_dims[2] = {rows_cols[BM != BN], rows_cols[BM == BN]};   /* (dQᵀ: its rows along the columns) */
+        t_atomic_add(mb, DQ, b_cast(mb, dq, F), qi, dq_dims);
+    }
+    next[0] = dk, next[1] = dv;
+}
+
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
                            int64_t BN, GroupCover cover, const Seqs *sq, bool tiled) {
     Arena *a = outer->a;
@@ -462,70 +602,22 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *m_start, *m_end;
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
-        Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
-        /* lse and D: query tile m0 / BM's row (tiled), or by rows from m0, or
-           with packed sequences from the sequence's q_start + m0 */
-        Value *qi[4] = {bi, h, m0, b_index(&mb, 0)};
-        Value *li[4] = {bi, h, tiled ? b_bin(&mb, OP_FLOORDIV, m0, b_index(&mb, BM)) : m0, b_index(&mb, 0)};
-        if (sq) {
-            Value *row = b_bin(&mb, OP_ADD, q_start, m0);
-            qi[0] = row, qi[1] = h, qi[2] = b_index(&mb, 0);
-            li[0] = h, li[1] = row;
+        /* the query segments where the loop is the kernel's own (inside the
+           group loop, code generation would keep each loop's shared memory
+           to the group loop's end: three times the stages) */
+        Segment seg[3] = {{m_start, m_end, true}};
+        int nseg = flat ? query_segments(&gb, op, j0, BM, BN, nq, nk, m_start, m_end, seg) : 1;
+        QueryStep step = {op, &memrefs, Q, DO, LSE, DELTA, DQ, bi, h, q_start, ktile, vtile, j, nq, nk,
+                          BM, BN, D, DV, dt, acc, scale, rows_cols, col_vec, tiled, sq};
+        Value **sums_in = per_head ? head_init : gc, *gnext[2];
+        for (int k = 0; k < nseg; k++) {   /* the dK and dV sums run on through the segments */
+            Value *next[2];
+            Op *ml = new_for(&gb, seg[k].start, seg[k].end, b_index(&gb, BM), 2, sums_in, &mb, &m0, &mc);
+            query_step(&step, &mb, m0, mc, seg[k].masked, next);
+            t_yield(&mb, 2, next);
+            gnext[0] = ml->results[0], gnext[1] = ml->results[1];
+            sums_in = gnext;
         }
-        Value *q = t_load(&mb, Q, qi, rows_cols, b_tile_type(&mb, dt, BM, D), 0);
-        Value *dout = t_load(&mb, DO, qi, rows_cols, b_tile_type(&mb, dt, BM, DV), 0);
-        Value *lse = t_load(&mb, LSE, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
-        /* D: tiled, loaded by its use (with lse, 32 f32 registers a thread at
-           BM = 64 from the stage, it made sm_90a spill in the loop) */
-        Value *delta = tiled ? NULL : t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
-        Value *i = b_bin(&mb, OP_ADD, b_iota(&mb, 1, 1, BM), m0);   /* queries across */
-        if (sq) {   /* rows past the sequence's end: lse and D of another sequence, or of none (anything, NaN
-                       too), made 0, so that their P and dS are 0 (P is masked; D multiplies it) */
-            Value *mine = b_cmp(&mb, "lt", i, nq), *fz = b_float(&mb, F, 0);
-            lse = b_select(&mb, mine, lse, fz);
-            delta = b_select(&mb, mine, delta, fz);
-        }
-        Value *qT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BM), 1, &q);
-        Value *ops[3] = {ktile, qT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
-        Value *st = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, ops);
-        Value *zeros = b_splat(&mb, b_float(&mb, F, 0), BN, BM);
-        BwdScores sc = backward_p(&mb, op, &memrefs, st, scale, bi, h, i, j, nk, nq, lse, tiled, zeros);
-        Value *p = sc.p;
-        Value *pc = b_cast(&mb, p, dt);
-        Value *dv_ops[3] = {pc, dout, mc[1]};
-        Value *dv = b_emit(&mb, OP_DOT, mc[1]->type, 3, dv_ops);
-        Value *doT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, DV, BM), 1, &dout);
-        Value *dp_ops[3] = {vtile, doT, b_splat(&mb, b_float(&mb, acc, 0), BN, BM)};
-        Value *dp = b_cast(&mb, b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BN, BM), 3, dp_ops), F);
-        if (tiled)
-            delta = t_load(&mb, DELTA, li, col_vec, b_tile_type(&mb, F, 1, BM), 0);
-        Value *ds = backward_ds(&mb, op, &memrefs, sc, dp, delta, bi, h, i, j, zeros);
-        Value *dsc = b_cast(&mb, ds, dt);
-        Value *dk_ops[3] = {dsc, q, mc[0]};
-        Value *dk = b_emit(&mb, OP_DOT, mc[0]->type, 3, dk_ops);
-        if (!deterministic) {
-            /* dQ = dS·K: dSᵀ's transpose through shared memory (the
-             * scratch copy); with more keys than queries a step (BN = D,
-             * backward_tile), dQᵀ = Kᵀ·dSᵀ instead, D rows like every other
-             * tile's BN, added into dQacc transposed */
-            Value *ds_by_query = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BM, BN), 1, &dsc);
-            Value *dq;
-            if (BM == BN) {
-                Value *dq_ops[3] = {ds_by_query, ktile, b_splat(&mb, b_float(&mb, acc, 0), BM, D)};
-                dq = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, BM, D), 3, dq_ops);
-            } else {
-                Value *kT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, D, BN), 1, &ktile);
-                Value *dsT = b_emit(&mb, OP_TRANS, b_tile_type(&mb, dt, BN, BM), 1, &ds_by_query);
-                Value *dq_ops[3] = {kT, dsT, b_splat(&mb, b_float(&mb, acc, 0), D, BM)};
-                dq = b_emit(&mb, OP_DOT, b_tile_type(&mb, acc, D, BM), 3, dq_ops);
-            }
-            /* (packed sequences: rows past the sequence's end add their dS of 0) */
-            const int dq_dims[2] = {rows_cols[BM != BN], rows_cols[BM == BN]};   /* (dQᵀ: its rows along the columns) */
-            t_atomic_add(&mb, DQ, b_cast(&mb, dq, F), qi, dq_dims);
-        }
-        Value *next[2] = {dk, dv};
-        t_yield(&mb, 2, next);
-        Value *gnext[2] = {ml->results[0], ml->results[1]};
         if (per_head && !flat)
             for (int x = 0; x < 2; x++)
                 gnext[x] = b_bin(&gb, OP_ADD, gc[x], b_cast(&gb, gnext[x], F));
