@@ -507,6 +507,38 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, b
     next[0] = dk, next[1] = dv;
 }
 
+/* Whether the key-tile kernel's blocks go out longest first: under a
+ * band whose upper bound moves with the query row (causal), key tile j0
+ * sees the query tiles from j0 on, fewer the further it lies, and blocks
+ * started (batch, head) by (batch, head) leave the last head's longest
+ * tiles to start last, with the GPU emptying around them. */
+static bool longest_first(const Op *op) {
+    Attr *band = op_attr(op, "band");
+    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    return hi && attrs_get(hi->entries, hi->n, "i")->i == 1;
+}
+
+/* The blocks of a section (BWD_SECTION_BLOCKS key tiles' worth of heads)
+ * read their heads' Q, dO and dQ accumulator while they run: at 256 blocks
+ * of 128 keys, 2 heads at N = 16k and head dim 128, 32 MB, which L2 keeps
+ * (the forward's persistent scheduler's sections, warp_roles.c). */
+enum { BWD_SECTION_BLOCKS = 256 };
+
+/* Block (x, y) of grid [X, Y] — started in the order L = y·X + x — in
+ * sections of S = max(1, BWD_SECTION_BLOCKS / X) (batch, head)s, each
+ * section longest first: every head's first key tile, then every head's
+ * second. *x, *y: the key tile and (batch, head) it takes. */
+static void block_order(Builder *b, Value **grid, Value **x, Value **y) {
+    Value *X = grid[0], *Y = grid[1], *one = b_index(b, 1);
+    Value *S = b_bin(b, OP_MAX, b_bin(b, OP_FLOORDIV, b_index(b, BWD_SECTION_BLOCKS), X), one);
+    Value *L = b_bin(b, OP_ADD, b_bin(b, OP_MUL, *y, X), *x);
+    Value *first = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, L, b_bin(b, OP_MUL, S, X)), S);   /* the section's first head */
+    Value *heads = b_bin(b, OP_MIN, S, b_bin(b, OP_SUB, Y, first));
+    Value *r = b_bin(b, OP_SUB, L, b_bin(b, OP_MUL, first, X));
+    *x = b_bin(b, OP_FLOORDIV, r, heads);
+    *y = b_bin(b, OP_ADD, first, b_bin(b, OP_REM, r, heads));
+}
+
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
                            int64_t BN, GroupCover cover, const Seqs *sq, bool tiled) {
     Arena *a = outer->a;
@@ -563,7 +595,12 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
             map_put(a, &memrefs, side->items[i], args[9 + i]);
         Value *HK = b_dim(&b, Hk), *G = b_bin(&b, OP_FLOORDIV, b_dim(&b, Hq), HK), *zero = b_index(&b, 0);
         Value *HY = head_blocks ? b_dim(&b, Hq) : HK;   /* the heads along grid y */
-        Value *bi = b_bin(&b, OP_FLOORDIV, args[1], HY), *hy = b_bin(&b, OP_REM, args[1], HY);
+        Value *tile_x = args[0], *head_y = args[1];
+        if (!sq && longest_first(op)) {
+            Value *grid[2] = {b_ceildiv(&b, b_dim(&b, Nk), BN), b_bin(&b, OP_MUL, b_dim(&b, Bd), HY)};
+            block_order(&b, grid, &tile_x, &head_y);
+        }
+        Value *bi = b_bin(&b, OP_FLOORDIV, head_y, HY), *hy = b_bin(&b, OP_REM, head_y, HY);
         Value *j0 = NULL, *nq = NULL, *nk = NULL, *q_start = NULL, *k_start = NULL, *k_end = NULL;
         if (sq) {   /* key tile j0 of sequence bi, its keys from row k_start of k, its queries from q_start */
             Value *cu_q = map_get(&memrefs, sq->cu_q), *cu_k = map_get(&memrefs, sq->cu_k), *one = b_index(&b, 1);
@@ -577,7 +614,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         }
         Value *kh = head_blocks ? b_bin(&b, OP_FLOORDIV, hy, G) : hy;
         if (!sq)
-            j0 = b_bin(&b, OP_MUL, args[0], b_index(&b, BN));
+            j0 = b_bin(&b, OP_MUL, tile_x, b_index(&b, BN));
         Value *ki[4] = {bi, kh, j0, zero};
         if (sq)
             ki[0] = b_bin(&b, OP_ADD, k_start, j0), ki[1] = kh, ki[2] = zero;
