@@ -540,7 +540,7 @@ static void block_order(Builder *b, Value **grid, Value **x, Value **y) {
 }
 
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled) {
+                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled, bool segments) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
@@ -639,11 +639,12 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *m_start, *m_end;
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
-        /* the query segments where the loop is the kernel's own (inside the
-           group loop, code generation would keep each loop's shared memory
-           to the group loop's end: three times the stages) */
+        /* the query segments where the target takes them and the loop is the
+           kernel's own (inside the group loop, code generation would keep
+           each loop's shared memory to the group loop's end: three times
+           the stages) */
         Segment seg[3] = {{m_start, m_end, true}};
-        int nseg = flat ? query_segments(&gb, op, j0, BM, BN, nq, nk, m_start, m_end, seg) : 1;
+        int nseg = segments && flat ? query_segments(&gb, op, j0, BM, BN, nq, nk, m_start, m_end, seg) : 1;
         QueryStep step = {op, &memrefs, Q, DO, LSE, DELTA, DQ, bi, h, q_start, ktile, vtile, j, nq, nk,
                           BM, BN, D, DV, dt, acc, scale, rows_cols, col_vec, tiled, sq};
         Value **sums_in = per_head ? head_init : gc, *gnext[2];
@@ -793,7 +794,8 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     }
     block_append(&tmp, pre);
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled,
+                                target_lookup(ctx->arch)->bwd_query_segments);
     block_append(&tmp, mainl);
     /* dot-hoist's switch */
     if (hoist || schedule_directive(func, ctx->arch, SCHED_OVERLAP))
