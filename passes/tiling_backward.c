@@ -28,6 +28,15 @@
  * key tile visits only the query tiles that see one of its keys: the band
  * inverted (query_range). */
 
+/* Entry `name` of op's band (mask-analysis: "lo", "hi", "exact"), or NULL. */
+static Attr *band_attr(const Op *op, const char *name) {
+    Attr *band = op_attr(op, "band");
+    return band ? attrs_get(band->entries, band->n, name) : NULL;
+}
+
+/* Whether a band bound moves one key per query row, i + K (causal, windows). */
+static bool per_row(const Attr *bound) { return attrs_get(bound->entries, bound->n, "i")->i == 1; }
+
 /* The query rows [start, end) that can see a key of [j0, j0 + BN): with
  * hi(i) = i + Kh, a query sees key j0 only from i = j0 − Kh on; with lo(i) =
  * i + Kl, no query past j0 + BN − 1 − Kl sees the tile. Bounds with another
@@ -35,17 +44,15 @@
  * rounded down to a query tile. */
 static void query_range(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t BN, Value *nq, Value **start,
                         Value **end) {
-    Attr *band = op_attr(op, "band");
-    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
-    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
+    Attr *lo = band_attr(op, "lo"), *hi = band_attr(op, "hi");
     Value *zero = b_index(b, 0);
     *start = zero, *end = nq;
-    if (hi && attrs_get(hi->entries, hi->n, "i")->i == 1) {   /* band_at(hi, 0) = Kh */
+    if (hi && per_row(hi)) {   /* band_at(hi, 0) = Kh */
         Value *first = b_bin(b, OP_MAX, zero, b_bin(b, OP_SUB, j0, band_at(b, hi, zero)));
         *start = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, first, b_index(b, BM)), b_index(b, BM));
         *start = b_bin(b, OP_MIN, *start, nq);
     }
-    if (lo && attrs_get(lo->entries, lo->n, "i")->i == 1) {
+    if (lo && per_row(lo)) {
         Value *last = b_bin(b, OP_SUB, b_bin(b, OP_ADD, j0, b_index(b, BN)), band_at(b, lo, zero));
         *end = b_bin(b, OP_MAX, *start, b_bin(b, OP_MIN, nq, last));
     }
@@ -63,13 +70,9 @@ static void query_range(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t
  * start's grid of BM, so each tile is the one the single loop would see. */
 static int query_segments(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t BN, Value *nq, Value *nk,
                           Value *start, Value *end, Segment *seg) {
-    Attr *band = op_attr(op, "band");
-    Attr *lo = band ? attrs_get(band->entries, band->n, "lo") : NULL;
-    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
-    Attr *exact = band ? attrs_get(band->entries, band->n, "exact") : NULL;
+    Attr *lo = band_attr(op, "lo"), *hi = band_attr(op, "hi"), *exact = band_attr(op, "exact");
     bool unmasked = op->regions[2].nblocks == 0;
-    bool slopes_one = (!lo || attrs_get(lo->entries, lo->n, "i")->i == 1) &&
-                      (!hi || attrs_get(hi->entries, hi->n, "i")->i == 1);
+    bool slopes_one = (!lo || per_row(lo)) && (!hi || per_row(hi));
     if (!slopes_one || (!unmasked && !(exact && exact->i))) {
         seg[0] = (Segment){start, end, true};
         return 1;
@@ -513,9 +516,8 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, b
  * started (batch, head) by (batch, head) leave the last head's longest
  * tiles to start last, with the GPU emptying around them. */
 static bool longest_first(const Op *op) {
-    Attr *band = op_attr(op, "band");
-    Attr *hi = band ? attrs_get(band->entries, band->n, "hi") : NULL;
-    return hi && attrs_get(hi->entries, hi->n, "i")->i == 1;
+    Attr *hi = band_attr(op, "hi");
+    return hi && per_row(hi);
 }
 
 /* The blocks of a section (BWD_SECTION_BLOCKS key tiles' worth of heads)
