@@ -357,29 +357,6 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
         op_set_attr(a, launch, "nv.producer_warps", attr_int(a, 4));
         tma_scratch_loads(a, launch);
         tma_stores(a, body);
-        /* one consumer warpgroup (a 64-row tile): two blocks an SM
-         * where their buffers fit twice, so two consumers share it as
-         * in a 128-row tile but each with its own producer, tiles and
-         * epilogue (2026-12-02, head dim 64 causal N 512: 201 → 235
-         * TFLOP/s at 64 × 64; one block an SM before) */
-        if (warps == 4 && 2 * nv_buffer_bytes(body) <= l->t->smem_limit)
-            op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
-        /* ping-pong between consumer warpgroups, a turn holding Q·Kᵀ(j)
-         * and P·V(j−1). Default (2026-12-02, H200, same run): on where
-         * the keys do not follow the query tile, up to head dim 128
-         * (head dim 64 +5 to 7 %, 128 +1 to 2 %); off under a causal
-         * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
-         * −3 %). The schedule's pingpong(0|1) decides. */
-        bool ping = pp ? pp->i != 0 : s->carried_cols <= 128 && !band;
-        /* consumers that exchange a tile through shared memory (the
-         * backward's dSᵀ, each warpgroup's keys against every query) meet
-         * at a barrier of them all in each step; taking turns as well,
-         * each would wait at one for the other for ever (the backward's
-         * 128 × 128 tile at head dim 64 hung so on the H100): never
-         * ping-pong there, whatever the schedule says */
-        ping = ping && !consumers_write_shared(body);
-        if (warps >= 8 && ping)
-            op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
         /* persistent blocks: each loops over the grid's tiles, so the
          * producer fetches the next tile's Q and K/V while the
          * consumers finish this one, and O's TMA store runs beside the
@@ -398,6 +375,29 @@ static bool specialise(const Lower *l, Op *launch, const Scan *s, int warps) {
         const Op *z = launch->operands[2]->def;
         if (persist && z && z->kind == OP_CONSTANT && op_attr(z, "value")->i == 1)
             op_set_attr(a, launch, "nv.persistent", attr_int(a, 1));
+        /* one consumer warpgroup (a 64-row tile): two blocks an SM
+         * where their buffers fit twice, so two consumers share it as
+         * in a 128-row tile but each with its own producer, tiles and
+         * epilogue (2026-12-02, head dim 64 causal N 512: 201 → 235
+         * TFLOP/s at 64 × 64; one block an SM before) */
+        if (warps == 4 && 2 * nv_buffer_bytes(body, op_attr(launch, "nv.persistent")) <= l->t->smem_limit)
+            op_set_attr(a, launch, "nv.blocks_per_sm", attr_int(a, 2));
+        /* ping-pong between consumer warpgroups, a turn holding Q·Kᵀ(j)
+         * and P·V(j−1). Default (2026-12-02, H200, same run): on where
+         * the keys do not follow the query tile, up to head dim 128
+         * (head dim 64 +5 to 7 %, 128 +1 to 2 %); off under a causal
+         * band (head dim 64 −5 %, 128 ±2 %) and at head dim 256 (−1 to
+         * −3 %). The schedule's pingpong(0|1) decides. */
+        bool ping = pp ? pp->i != 0 : s->carried_cols <= 128 && !band;
+        /* consumers that exchange a tile through shared memory (the
+         * backward's dSᵀ, each warpgroup's keys against every query) meet
+         * at a barrier of them all in each step; taking turns as well,
+         * each would wait at one for the other for ever (the backward's
+         * 128 × 128 tile at head dim 64 hung so on the H100): never
+         * ping-pong there, whatever the schedule says */
+        ping = ping && !consumers_write_shared(body);
+        if (warps >= 8 && ping)
+            op_set_attr(a, launch, "nv.pingpong", attr_int(a, 1));
     }
     /* Without warp specialisation no setmaxnreg gives the computing warps
      * more registers: where they are scarce, the dots' descriptors and the

@@ -498,25 +498,51 @@ static void partial_row_sums(Arena *a, Op *launch) {
 /* The shared memory a launch's buffers take (its swizzled allocs, the
  * tiles TMA stores or adds through a slab of their own, in loops too), and
  * 4 KiB for its mbarriers and row vectors, as tiling's fit_keys counts. */
-static int64_t buffer_bytes(const Block *blk) {
+static int64_t buffer_bytes(const Block *blk);
+
+static int64_t nested_bytes(const Op *op) {
     int64_t bytes = 0;
-    for (const Op *op = blk->first; op; op = op->next) {
-        const Type *t = op->kind == OP_ALLOC && op_attr(op, "nv.swizzle") ? op->results[0]->type
-                        : (op->kind == OP_STORE || op->kind == OP_ATOMIC_ADD) && op_attr(op, "nv.store")
-                            ? op->operands[1]->type
-                            : NULL;
-        int64_t n = !t ? 0 : is_16bit(t->elem) ? 2 : 4;   /* (16-bit tiles, or f32 ones added by TMA) */
-        for (int d = 0; t && d < t->rank; d++)
-            n *= t->dims[d].size;
-        bytes += n;
-        for (int r = 0; r < op->nregions; r++)
-            for (int k = 0; k < op->regions[r].nblocks; k++)
-                bytes += buffer_bytes(op->regions[r].blocks[k]);
-    }
+    for (int r = 0; r < op->nregions; r++)
+        for (int k = 0; k < op->regions[r].nblocks; k++)
+            bytes += buffer_bytes(op->regions[r].blocks[k]);
     return bytes;
 }
 
-int64_t nv_buffer_bytes(const Block *body) { return 4096 + buffer_bytes(body); }
+static int64_t own_bytes(const Op *op) {
+    const Type *t = op->kind == OP_ALLOC && op_attr(op, "nv.swizzle") ? op->results[0]->type
+                    : (op->kind == OP_STORE || op->kind == OP_ATOMIC_ADD) && op_attr(op, "nv.store")
+                        ? op->operands[1]->type
+                        : NULL;
+    int64_t n = !t ? 0 : is_16bit(t->elem) ? 2 : 4;   /* (16-bit tiles, or f32 ones added by TMA) */
+    for (int d = 0; t && d < t->rank; d++)
+        n *= t->dims[d].size;
+    return n;
+}
+
+static int64_t buffer_bytes(const Block *blk) {
+    int64_t bytes = 0;
+    for (const Op *op = blk->first; op; op = op->next)
+        bytes += own_bytes(op) + nested_bytes(op);
+    return bytes;
+}
+
+/* Codegen frees a buffer made inside a top-level op (a loop's) once that
+ * op is done (codegen/smem.c smem_release), except in a persistent kernel,
+ * whose next tile reuses every buffer: so the loops one after another of a
+ * kernel that is not persistent (the backward's query segments) need the
+ * largest loop's buffers, not their sum. */
+int64_t nv_buffer_bytes(const Block *body, bool persistent) {
+    int64_t bytes = 4096, loops = 0;
+    for (const Op *op = body->first; op; op = op->next) {
+        bytes += own_bytes(op);
+        int64_t nested = nested_bytes(op);
+        if (persistent)
+            bytes += nested;
+        else if (nested > loops)
+            loops = nested;
+    }
+    return bytes + loops;
+}
 
 static bool layout_launch(const Lower *l, Op *launch) {
     PassContext *ctx = l->ctx;

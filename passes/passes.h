@@ -86,8 +86,9 @@ bool pass_sm70_layout(Op *module, PassContext *ctx);
 bool pass_sm80_layout(Op *module, PassContext *ctx);
 bool pass_sm90a_layout(Op *module, PassContext *ctx);
 /* The shared memory a launch body's 16-bit buffers take, with 4 KiB for
- * the rest (nv_layout.c): what decides two blocks an SM. */
-int64_t nv_buffer_bytes(const Block *body);
+ * the rest (nv_layout.c): what decides two blocks an SM. A persistent
+ * kernel keeps every loop's buffers; another reuses them loop after loop. */
+int64_t nv_buffer_bytes(const Block *body, bool persistent);
 bool pass_softmax_overlap(Op *module, PassContext *ctx);
 bool pass_dot_hoist(Op *module, PassContext *ctx);
 bool pass_warp_roles(Op *module, PassContext *ctx);

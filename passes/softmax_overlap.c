@@ -324,7 +324,7 @@ static bool two_blocks_fit(const Op *launch) {
     const Block *body = launch->regions[0].blocks[0];
     Attr *warps = op_attr(launch, "nv.warps");
     return !op_attr(launch, "nv.producer_warps") && warps && 32 * warps->i <= 256 && max_dot_cols(body) <= 64 &&
-           2 * nv_buffer_bytes(body) <= target_lookup("sm_90a")->smem_limit;
+           2 * nv_buffer_bytes(body, op_attr(launch, "nv.persistent")) <= target_lookup("sm_90a")->smem_limit;
 }
 
 static bool run(Op *module, PassContext *ctx, bool no_tail) {
