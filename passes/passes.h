@@ -103,7 +103,6 @@ bool pass_test_tiling_rows_round_down(Op *module, PassContext *ctx);
 bool pass_test_tiling_split_round_down(Op *module, PassContext *ctx);
 bool pass_test_tiling_pages_in_order(Op *module, PassContext *ctx);
 bool pass_test_tiling_sequences_unbounded(Op *module, PassContext *ctx);
-bool pass_test_tiling_interior_early(Op *module, PassContext *ctx);
 bool pass_test_dce_stores(Op *module, PassContext *ctx);
 bool pass_test_early_release(Op *module, PassContext *ctx);
 bool pass_test_softmax_overlap_no_tail(Op *module, PassContext *ctx);

@@ -22,7 +22,6 @@ static const Pass registry[] = {
     {"test-tiling-split-round-down", "(tests only) tiling with each split's key tiles counted rounding down", pass_test_tiling_split_round_down},
     {"test-tiling-pages-in-order", "(tests only) tiling that reads a paged cache's pages in order, not through its block table", pass_test_tiling_pages_in_order},
     {"test-tiling-sequences-unbounded", "(tests only) tiling whose stores of packed sequences run past a sequence's end", pass_test_tiling_sequences_unbounded},
-    {"test-tiling-interior-early", "(tests only) tiling whose backward starts its unmasked query tiles one tile early", pass_test_tiling_interior_early},
     {"online-softmax", "three passes over the keys -> one, with running max, sum and rescale", pass_online_softmax},
     {"double-buffer", "loads in kernel loops -> async copies into a ring of shared stages", pass_double_buffer},
     {"test-double-buffer-no-wait", "(tests only) double-buffer without the waits", pass_test_double_buffer_no_wait},

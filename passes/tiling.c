@@ -213,8 +213,7 @@ Value *vectorise(Builder *b, const Block *region, Value **args, const Map *memre
 static Map replaced;
 /* The broken twin's mistake (test-tiling-rows-round-down): attention's query
  * tiles counted by floor(N / BM), so a ragged last tile has no program. */
-bool tiling_rows_round_down, tiling_split_round_down, tiling_pages_in_order, tiling_sequences_unbounded,
-    tiling_interior_early;
+bool tiling_rows_round_down, tiling_split_round_down, tiling_pages_in_order, tiling_sequences_unbounded;
 
 /* Puts the ops built in `tmp` (grid computations, launches) where `op`
  * was, and `results` in place of op's. */
@@ -297,15 +296,7 @@ static bool run(Op *module, PassContext *ctx);
 
 bool pass_tiling(Op *module, PassContext *ctx) {
     tiling_rows_round_down = tiling_split_round_down = tiling_pages_in_order = tiling_sequences_unbounded = false;
-    tiling_interior_early = false;
     return run(module, ctx);
-}
-
-bool pass_test_tiling_interior_early(Op *module, PassContext *ctx) {
-    tiling_interior_early = true;
-    bool ok = run(module, ctx);
-    tiling_interior_early = false;
-    return ok;
 }
 
 bool pass_test_tiling_split_round_down(Op *module, PassContext *ctx) {

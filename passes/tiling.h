@@ -96,8 +96,5 @@ extern bool tiling_pages_in_order;
 /* test-tiling-sequences-unbounded: packed sequences' stores not bounded by
  * the sequence's end (a tile's rows past it land in the next sequence's) */
 extern bool tiling_sequences_unbounded;
-/* test-tiling-interior-early: the backward's unmasked query segment starts
- * a tile early, on the causal diagonal's last masked tile */
-extern bool tiling_interior_early;
 
 #endif

@@ -58,50 +58,6 @@ static void query_range(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t
     }
 }
 
-/* The query tiles [start, end) of key tile [j0, j0 + BN) (query_range) as
- * up to three loops, the forward's key segments transposed
- * (tiling_attention.c): tiles inside every bound need no mask — all of the
- * tile's keys inside nk, its rows inside nq, and with an exact band each
- * row seeing each key: with hi(i) = i + Kh from m0 ≥ j0 + BN − 1 − Kh (past
- * the causal diagonal), with lo(i) = i + Kl up to m0 + BM − 1 + Kl ≤ j0.
- * The tiles before them (the diagonal's) and after them (past nq, a
- * window's far edge) are masked; a mask that is not exactly its band, or a
- * bound of another slope, masks every tile. Every segment starts on
- * start's grid of BM, so each tile is the one the single loop would see. */
-static int query_segments(Builder *b, const Op *op, Value *j0, int64_t BM, int64_t BN, Value *nq, Value *nk,
-                          Value *start, Value *end, Segment *seg) {
-    Attr *lo = band_attr(op, "lo"), *hi = band_attr(op, "hi"), *exact = band_attr(op, "exact");
-    bool unmasked = op->regions[2].nblocks == 0;
-    bool slopes_one = (!lo || per_row(lo)) && (!hi || per_row(hi));
-    if (!slopes_one || (!unmasked && !(exact && exact->i))) {
-        seg[0] = (Segment){start, end, true};
-        return 1;
-    }
-    Value *zero = b_index(b, 0), *bm = b_index(b, BM);
-    Value *first = start;   /* the first interior tile */
-    if (hi) {
-        Value *row = b_bin(b, OP_SUB, b_bin(b, OP_ADD, j0, b_index(b, BN - 1)), band_at(b, hi, zero));
-        first = b_bin(b, OP_MUL, b_ceildiv(b, b_bin(b, OP_MAX, row, zero), BM), bm);
-        if (tiling_interior_early)   /* the broken twin */
-            first = b_bin(b, OP_MAX, b_bin(b, OP_SUB, first, bm), zero);
-    }
-    Value *past = b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, nq, bm), bm);   /* the first tile past it */
-    if (lo) {
-        Value *row = b_bin(b, OP_ADD, b_bin(b, OP_SUB, j0, band_at(b, lo, zero)), b_index(b, 1));
-        past = b_bin(b, OP_MIN, past, b_bin(b, OP_MUL, b_bin(b, OP_FLOORDIV, b_bin(b, OP_MAX, row, zero), bm), bm));
-    }
-    Value *keys_inside = b_cmp(b, "le", b_bin(b, OP_ADD, j0, b_index(b, BN)), nk);
-    past = b_select(b, keys_inside, past, zero);
-    Value *in_lo = b_bin(b, OP_MIN, b_bin(b, OP_MAX, first, start), end);
-    Value *in_hi = b_bin(b, OP_MIN, b_bin(b, OP_MAX, past, in_lo), end);
-    int n = 0;
-    if (hi)   /* with no upper bound every row sees the tile's last key: no leading edge */
-        seg[n++] = (Segment){start, in_lo, true};
-    seg[n++] = (Segment){in_lo, in_hi, false};
-    seg[n++] = (Segment){in_hi, end, true};
-    return n;
-}
-
 static Type *tensor4(Arena *a, ScalarKind k, Dim d0, Dim d1, Dim d2, Dim d3) {
     Dim d[4] = {d0, d1, d2, d3};
     return type_shaped(a, TY_TENSOR, k, 4, d);
@@ -420,8 +376,7 @@ static GroupCover group_cover(const Op *op, bool deterministic, int64_t BM, int6
 
 /* One step of the key-tile kernel's query loop: query tile m0 against the
  * block's key tile, its dK and dV added into mc (next: the sums), dQ's
- * share added into dQacc. `masked`: the tile's bounds and the mask apply
- * (query_segments: an interior tile needs neither). */
+ * share added into dQacc. */
 typedef struct QueryStep {
     const Op *op;
     Map *memrefs;
@@ -435,11 +390,11 @@ typedef struct QueryStep {
     const Seqs *sq;
 } QueryStep;
 
-static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, bool masked, Value **next) {
+static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, Value **next) {
     const Op *op = s->op;
     Value *Q = s->Q, *DO = s->DO, *LSE = s->LSE, *DELTA = s->DELTA, *DQ = s->DQ, *bi = s->bi, *h = s->h;
     Value *q_start = s->q_start, *ktile = s->ktile, *vtile = s->vtile, *j = s->j, *nq = s->nq;
-    Value *nk = masked ? s->nk : NULL;
+    Value *nk = s->nk;
     const int64_t BM = s->BM, BN = s->BN, D = s->D, DV = s->DV;
     const ScalarKind dt = s->dt, acc = s->acc, F = SK_F32;
     const double scale = s->scale;
@@ -462,9 +417,9 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, b
        BM = 64 from the stage, it made sm_90a spill in the loop) */
     Value *delta = tiled ? NULL : t_load(mb, DELTA, li, col_vec, b_tile_type(mb, F, 1, BM), 0);
     Value *i = b_bin(mb, OP_ADD, b_iota(mb, 1, 1, BM), m0);   /* queries across */
-    if (sq && masked) {   /* rows past the sequence's end: lse and D of another sequence, or of none
-                             (anything, NaN too), made 0, so that their P and dS are 0 (P is masked; D
-                             multiplies it); an unmasked tile has none */
+    if (sq) {   /* rows past the sequence's end: lse and D of another sequence, or of none
+                   (anything, NaN too), made 0, so that their P and dS are 0 (P is masked; D
+                   multiplies it) */
         Value *mine = b_cmp(mb, "lt", i, nq), *fz = b_float(mb, F, 0);
         lse = b_select(mb, mine, lse, fz);
         delta = b_select(mb, mine, delta, fz);
@@ -542,7 +497,7 @@ static void block_order(Builder *b, Value **grid, Value **x, Value **y) {
 }
 
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled, bool segments) {
+                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
@@ -641,23 +596,13 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         Value *m_start, *m_end;
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
-        /* the query segments where the target takes them and the loop is the
-           kernel's own (inside the group loop, code generation would keep
-           each loop's shared memory to the group loop's end: three times
-           the stages) */
-        Segment seg[3] = {{m_start, m_end, true}};
-        int nseg = segments && flat ? query_segments(&gb, op, j0, BM, BN, nq, nk, m_start, m_end, seg) : 1;
         QueryStep step = {op, &memrefs, Q, DO, LSE, DELTA, DQ, bi, h, q_start, ktile, vtile, j, nq, nk,
                           BM, BN, D, DV, dt, acc, scale, rows_cols, col_vec, tiled, sq};
-        Value **sums_in = per_head ? head_init : gc, *gnext[2];
-        for (int k = 0; k < nseg; k++) {   /* the dK and dV sums run on through the segments */
-            Value *next[2];
-            Op *ml = new_for(&gb, seg[k].start, seg[k].end, b_index(&gb, BM), 2, sums_in, &mb, &m0, &mc);
-            query_step(&step, &mb, m0, mc, seg[k].masked, next);
-            t_yield(&mb, 2, next);
-            gnext[0] = ml->results[0], gnext[1] = ml->results[1];
-            sums_in = gnext;
-        }
+        Value *gnext[2];
+        Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
+        query_step(&step, &mb, m0, mc, gnext);
+        t_yield(&mb, 2, gnext);
+        gnext[0] = ml->results[0], gnext[1] = ml->results[1];
         if (per_head && !flat)
             for (int x = 0; x < 2; x++)
                 gnext[x] = b_bin(&gb, OP_ADD, gc[x], b_cast(&gb, gnext[x], F));
@@ -796,8 +741,7 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     }
     block_append(&tmp, pre);
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled,
-                                target_lookup(ctx->arch)->bwd_query_segments);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled);
     block_append(&tmp, mainl);
     /* dot-hoist's switch */
     if (hoist || schedule_directive(func, ctx->arch, SCHED_OVERLAP))

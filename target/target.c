@@ -84,7 +84,7 @@ const Target target_sm80 = {
 const Target target_sm90a = {
     .name = "sm_90a", .family = "Hopper", .summary = "Hopper: TMA, mbarriers, warp specialisation, wgmma",
     .ptx_features = "+ptx80", .codegen = true, .bf16 = true, .async_copies = true, .short_shared = true,
-    .copies_f32_rows = true, .bwd_query_segments = true,
+    .copies_f32_rows = true,
     .smem_limit = 227 * 1024,
     /* measured on the H200 (bench/results/): 128 x 128 at head dim
      * 128 (2026-12-01) and at head dim 64 under a causal band (

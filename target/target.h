@@ -37,11 +37,6 @@ typedef struct Target {
      * static length (the backward's lse and D, a row per query tile), which
      * TMA copies; the other targets' copiers move 16-bit boxes */
     bool copies_f32_rows;
-    /* the backward's key-tile kernel runs its query loop in segments,
-     * unmasked tiles apart (tiling_backward.c query_segments): where its
-     * registers allow; sm_70's and sm_80's 128-thread kernels, at 242–255
-     * registers with one loop, spilled with three (ptxas) */
-    bool bwd_query_segments;
     /* a GEMM K loop's waits all go to its top (double-buffer): where each
      * wait ends in a block barrier (cp.async), one barrier a K step instead
      * of one per product; not under mbarrier waits (sm_90a's TMA), where
