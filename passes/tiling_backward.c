@@ -387,6 +387,7 @@ typedef struct QueryStep {
     double scale;
     const int *rows_cols, *col_vec;
     bool tiled;
+    bool dq_first;   /* target.h bwd_dq_first */
     const Seqs *sq;
 } QueryStep;
 
@@ -441,7 +442,7 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, V
     Value *ds = backward_ds(mb, op, s->memrefs, sc, dp, delta, bi, h, i, j, zeros);
     Value *dsc = b_cast(mb, ds, dt);
     Value *dk_ops[3] = {dsc, q, mc[0]};
-    Value *dk = b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
+    Value *dk = s->dq_first ? NULL : b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
     if (DQ) {
         /* dQ = dS·K: dSᵀ's transpose through shared memory (the
          * scratch copy); with more keys than queries a step (BN = D,
@@ -458,9 +459,13 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, V
             Value *dq_ops[3] = {kT, dsT, b_splat(mb, b_float(mb, acc, 0), D, BM)};
             dq = b_emit(mb, OP_DOT, b_tile_type(mb, acc, D, BM), 3, dq_ops);
         }
+        if (s->dq_first)   /* dK's product in flight while dQ's result is stored */
+            dk = b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
         /* (packed sequences: rows past the sequence's end add their dS of 0) */
         const int dq_dims[2] = {rows_cols[BM != BN], rows_cols[BM == BN]};   /* (dQᵀ: its rows along the columns) */
         t_atomic_add(mb, DQ, b_cast(mb, dq, F), qi, dq_dims);
+    } else if (!dk) {
+        dk = b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
     }
     next[0] = dk, next[1] = dv;
 }
@@ -497,7 +502,7 @@ static void block_order(Builder *b, Value **grid, Value **x, Value **y) {
 }
 
 static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool deterministic, int64_t BM,
-                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled) {
+                           int64_t BN, GroupCover cover, const Seqs *sq, bool tiled, bool dq_first) {
     Arena *a = outer->a;
     const Type *qt = op->operands[0]->type, *kt = op->operands[1]->type, *vt = op->operands[2]->type;
     const int64_t D = qt->dims[3].size, DV = vt->dims[3].size;
@@ -597,7 +602,7 @@ static Op *key_tile_kernel(Builder *outer, Op *op, Op *pre, PtrVec *side, bool d
         query_range(&gb, op, j0, BM, BN, nq, &m_start, &m_end);
         Value *head_init[2] = {b_splat(&gb, b_float(&gb, acc, 0), BN, D), b_splat(&gb, b_float(&gb, acc, 0), BN, DV)};
         QueryStep step = {op, &memrefs, Q, DO, LSE, DELTA, DQ, bi, h, q_start, ktile, vtile, j, nq, nk,
-                          BM, BN, D, DV, dt, acc, scale, rows_cols, col_vec, tiled, sq};
+                          BM, BN, D, DV, dt, acc, scale, rows_cols, col_vec, tiled, dq_first, sq};
         Value *gnext[2];
         Op *ml = new_for(&gb, m_start, m_end, b_index(&gb, BM), 2, per_head ? head_init : gc, &mb, &m0, &mc);
         query_step(&step, &mb, m0, mc, gnext);
@@ -741,7 +746,8 @@ bool tile_attention_backward(PassContext *ctx, Op *func, Op *op) {
     }
     block_append(&tmp, pre);
     GroupCover cover = group_cover(op, deterministic, BM, BN, target_lookup(ctx->arch)->smem_limit);
-    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled);
+    Op *mainl = key_tile_kernel(&outer, op, pre, &side, deterministic, BM, BN, cover, sq, tiled,
+                                target_lookup(ctx->arch)->bwd_dq_first);
     block_append(&tmp, mainl);
     /* dot-hoist's switch */
     if (hoist || schedule_directive(func, ctx->arch, SCHED_OVERLAP))

@@ -120,7 +120,7 @@ const Target target_sm90a = {
     /* dPᵀ during the exponentials of Pᵀ: 3 % faster over the quick
      * protocol on the H100, no row slower (bench/results/2026-12-06-h100/
      * NOTES.md, item 3); numerics: bench/results/2026-12-06-h100-overlap/ */
-    .bwd_overlap = true,
+    .bwd_overlap = true, .bwd_dq_first = true,
     .row_block = 2,
     .pipeline = sm90a_pipeline, .lowering = "sm90a-layout",
 };

@@ -80,6 +80,12 @@ typedef struct Target {
     /* the backward's key-tile kernel issues dPᵀ = V·dOᵀ right after
      * Sᵀ = K·Qᵀ (dot-hoist) unless the schedule says overlap(0) */
     bool bwd_overlap;
+    /* the key-tile kernel issues dQ's product before dK's (FlashAttention-
+     * 3's order): dQ's result goes to shared memory for its reduce-add
+     * while dK's product runs, rather than after both; where dots hold
+     * their results in registers until used (sm_80, sm_70) dQ's tile would
+     * stay live across dK's product */
+    bool bwd_dq_first;
     int64_t gemm_tile[3];          /* M x N x K */
     int64_t gemm_group;            /* GEMM programs start in groups of this many row tiles (tiling.c
                                       gemm_tile_of; 0 or 1: row tile by row tile) */
