@@ -81,15 +81,20 @@ def median_ms(fn, steps):
     return statistics.median(times)
 
 
-def step_ms(model, ids, steps):
-    """A training step: forward, backward, AdamW step."""
+def training_step(model, ids):
+    """A function that runs one training step: forward, backward, AdamW step."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def step():
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return median_ms(step, steps)
+    return step
+
+
+def step_ms(model, ids, steps):
+    """A training step's median time."""
+    return median_ms(training_step(model, ids), steps)
 
 
 def prefill_ms(model, ids, steps):

@@ -528,18 +528,17 @@ static int64_t buffer_bytes(const Block *blk) {
 
 /* Codegen frees a buffer made inside a top-level op (a loop's) once that
  * op is done (codegen/smem.c smem_release), except in a persistent kernel,
- * whose next tile reuses every buffer: so the loops one after another of a
- * kernel that is not persistent (the backward's query segments) need the
- * largest loop's buffers, not their sum. */
+ * whose next tile reuses every buffer: so the top-level loops of a kernel
+ * that is not persistent, one after another, need the largest loop's
+ * buffers, not their sum. */
 int64_t nv_buffer_bytes(const Block *body, bool persistent) {
+    if (persistent)
+        return 4096 + buffer_bytes(body);
     int64_t bytes = 4096, loops = 0;
     for (const Op *op = body->first; op; op = op->next) {
         bytes += own_bytes(op);
         int64_t nested = nested_bytes(op);
-        if (persistent)
-            bytes += nested;
-        else if (nested > loops)
-            loops = nested;
+        loops = nested > loops ? nested : loops;
     }
     return bytes + loops;
 }

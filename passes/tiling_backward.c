@@ -442,7 +442,8 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, V
     Value *ds = backward_ds(mb, op, s->memrefs, sc, dp, delta, bi, h, i, j, zeros);
     Value *dsc = b_cast(mb, ds, dt);
     Value *dk_ops[3] = {dsc, q, mc[0]};
-    Value *dk = s->dq_first ? NULL : b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
+    bool dk_after_dq = s->dq_first && DQ;
+    Value *dk = dk_after_dq ? NULL : b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
     if (DQ) {
         /* dQ = dS·K: dSᵀ's transpose through shared memory (the
          * scratch copy); with more keys than queries a step (BN = D,
@@ -459,13 +460,11 @@ static void query_step(const QueryStep *s, Builder *mb, Value *m0, Value **mc, V
             Value *dq_ops[3] = {kT, dsT, b_splat(mb, b_float(mb, acc, 0), D, BM)};
             dq = b_emit(mb, OP_DOT, b_tile_type(mb, acc, D, BM), 3, dq_ops);
         }
-        if (s->dq_first)   /* dK's product in flight while dQ's result is stored */
+        if (dk_after_dq)   /* dK's product in flight while dQ's result is stored */
             dk = b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
         /* (packed sequences: rows past the sequence's end add their dS of 0) */
         const int dq_dims[2] = {rows_cols[BM != BN], rows_cols[BM == BN]};   /* (dQᵀ: its rows along the columns) */
         t_atomic_add(mb, DQ, b_cast(mb, dq, F), qi, dq_dims);
-    } else if (!dk) {
-        dk = b_emit(mb, OP_DOT, mc[0]->type, 3, dk_ops);
     }
     next[0] = dk, next[1] = dv;
 }
